@@ -1,0 +1,596 @@
+//! The call actor: one task per forwarded modern request. It owns the leased upstream session and
+//! the upstream response stream, answers what it must, relays request-scoped notifications, and —
+//! for `tools/call`, `prompts/get`, `resources/read` — parks the live upstream call when the server
+//! asks for input, returning `input_required` with a signed requestState, then resumes it when the
+//! client retries.
+//!
+//! ```text
+//! Running ──server request(s)──▶ Gathering (window) ──▶ Parked{round n} ──Resume──▶ deliver answers
+//!    ▲                                                     │  │                      │
+//!    └──────────────────── all keys answered ◀─────────────┼──┼── keys missing ──▶ Parked{n+1}
+//! Running ──final response──▶ Done            TTL ◀─────────┘  └─▶ upstream died ─▶ Failed
+//! every exit: lease released (poisoned if the upstream call may still run), registry entry removed
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use serde_json::value::RawValue;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::body::{full, Body, ChannelBody};
+use crate::error::ProxyError;
+use crate::input::{self, InputKind};
+use crate::jsonrpc::{self, ErrorObject, Kind, Message};
+use crate::parked::{ParkGuard, Resume};
+use crate::rewrite::{self, RewriteCtx};
+use crate::server::App;
+use crate::sse;
+use crate::state_token::random_id;
+use crate::upstream::{Lease, MessageStream, UpstreamError};
+
+/// What the front asks the actor to run.
+#[derive(Debug)]
+pub struct CallSpec {
+    /// Method name.
+    pub method: String,
+    /// Params sent upstream (modern-only fields removed).
+    pub upstream_params: Value,
+    /// Declared client capabilities.
+    pub capabilities: Value,
+    /// May park (`tools/call`, `prompts/get`, `resources/read`).
+    pub input_capable: bool,
+    /// Principal digest.
+    pub principal: String,
+    /// Principal header forwarded upstream.
+    pub auth: Option<(http::HeaderName, HeaderValue)>,
+    /// Request digest (method + target + arguments).
+    pub request_digest: String,
+}
+
+/// One client HTTP exchange with the call: the first request or a retry.
+#[derive(Debug)]
+pub struct Leg {
+    /// The JSON-RPC id of this exchange.
+    pub id: Box<RawValue>,
+    /// Where the actor sends events.
+    pub tx: mpsc::Sender<LegEvent>,
+    /// `_meta.progressToken` of this exchange.
+    pub progress_token: Option<Value>,
+    /// `io.modelcontextprotocol/logLevel` of this exchange.
+    pub log_level: Option<String>,
+}
+
+/// What the actor sends to the current leg.
+#[derive(Debug)]
+pub enum LegEvent {
+    /// A request-scoped notification (already encoded JSON-RPC).
+    Message(Bytes),
+    /// The last message of this exchange.
+    Done(Outcome),
+}
+
+/// The last message of an exchange and the HTTP status it implies when it comes first.
+#[derive(Debug)]
+pub struct Outcome {
+    /// HTTP status if the response is still JSON.
+    pub status: StatusCode,
+    /// The JSON-RPC message.
+    pub body: Bytes,
+    /// Add `Retry-After` (limits).
+    pub retry_after: bool,
+}
+
+impl Outcome {
+    fn error(err: &ProxyError, id: &RawValue) -> Self {
+        Self {
+            status: err.status(),
+            body: err.to_body_bytes(Some(id)),
+            retry_after: matches!(err, ProxyError::Overloaded(_)),
+        }
+    }
+}
+
+/// A new leg and the receiver the front answers the client from.
+pub fn leg(id: Box<RawValue>, progress_token: Option<Value>, log_level: Option<String>) -> (Leg, mpsc::Receiver<LegEvent>) {
+    let (tx, rx) = mpsc::channel(64);
+    (Leg { id, tx, progress_token, log_level }, rx)
+}
+
+/// Starts the actor for a fresh call.
+pub fn spawn(app: Arc<App>, spec: CallSpec, first: Leg) {
+    tokio::spawn(async move {
+        let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+        let mut call = Call {
+            app,
+            spec,
+            lease: None,
+            upstream_id: 0,
+            stream: None,
+            inbox_tx,
+            inbox_rx,
+            leg: Some(first),
+            pending: Vec::new(),
+            key_counter: 0,
+            gather_until: None,
+            park: None,
+            held_final: None,
+            reissue: false,
+        };
+        call.run().await;
+    });
+}
+
+/// Answers the client from a leg: JSON when the final message comes first, SSE when a
+/// notification comes first or the upstream stays quiet longer than the keep-alive interval.
+pub async fn respond(mut rx: mpsc::Receiver<LegEvent>, keepalive: Duration) -> Response<Body> {
+    let first = tokio::time::timeout(keepalive, rx.recv()).await;
+    let first = match first {
+        Ok(Some(LegEvent::Done(out))) => return json_response(out),
+        Ok(Some(LegEvent::Message(m))) => Some(m),
+        Ok(None) => {
+            return ProxyError::Internal("call ended without an answer".into()).into_response(None);
+        }
+        Err(_) => None,
+    };
+    let (body_tx, body) = ChannelBody::channel(16);
+    tokio::spawn(async move {
+        if let Some(m) = first {
+            if body_tx.send(sse::encode_message(&m)).await.is_err() {
+                return;
+            }
+        }
+        let mut tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some(LegEvent::Message(m)) => {
+                        if body_tx.send(sse::encode_message(&m)).await.is_err() { return; }
+                    }
+                    Some(LegEvent::Done(out)) => {
+                        let _ = body_tx.send(sse::encode_message(&out.body)).await;
+                        return;
+                    }
+                    None => return,
+                },
+                _ = tick.tick() => {
+                    if body_tx.send(sse::keepalive()).await.is_err() { return; }
+                }
+                // The client went away: dropping `rx` tells the actor to cancel upstream.
+                () = body_tx.closed() => return,
+            }
+        }
+    });
+    let mut resp = Response::new(body);
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+fn json_response(out: Outcome) -> Response<Body> {
+    let mut resp = Response::new(full(out.body));
+    *resp.status_mut() = out.status;
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if out.retry_after {
+        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    resp
+}
+
+/// A server request waiting for the client's answer.
+#[derive(Debug)]
+struct Pending {
+    key: String,
+    kind: InputKind,
+    /// Raw JSON id of the upstream request; `None` for a synthetic request made from -32042.
+    upstream_id: Option<String>,
+    embedded: Value,
+}
+
+struct Parking {
+    guard: ParkGuard,
+    commands: mpsc::Receiver<Resume>,
+    deadline: Instant,
+    round: u32,
+}
+
+struct Call {
+    app: Arc<App>,
+    spec: CallSpec,
+    lease: Option<Lease>,
+    upstream_id: i64,
+    stream: Option<MessageStream>,
+    inbox_tx: mpsc::UnboundedSender<Bytes>,
+    inbox_rx: mpsc::UnboundedReceiver<Bytes>,
+    leg: Option<Leg>,
+    pending: Vec<Pending>,
+    key_counter: u32,
+    gather_until: Option<Instant>,
+    park: Option<Parking>,
+    /// A final message that arrived while no leg was open (delivered on the next retry).
+    held_final: Option<Message>,
+    /// The upstream answered -32042: re-issue the call once the client answered.
+    reissue: bool,
+}
+
+enum Event {
+    Upstream(Option<Result<Bytes, UpstreamError>>),
+    Inbox(Bytes),
+    ClientGone,
+    GatherDone,
+    Resume(Option<Resume>),
+    Expired,
+}
+
+enum Step {
+    Continue,
+    Stop,
+}
+
+impl Call {
+    async fn run(&mut self) {
+        if let Err(e) = self.send_upstream_request().await {
+            self.fail(e).await;
+            return;
+        }
+        loop {
+            let ev = self.next_event().await;
+            let step = match ev {
+                Event::Upstream(Some(Ok(bytes))) => self.on_upstream(bytes).await,
+                Event::Upstream(Some(Err(e))) => {
+                    self.stream = None;
+                    self.fail(e.into()).await
+                }
+                Event::Upstream(None) => {
+                    self.stream = None;
+                    self.fail(UpstreamError::Closed.into()).await
+                }
+                Event::Inbox(bytes) => match Message::parse(&bytes) {
+                    Ok(msg) => self.on_server_request(msg).await,
+                    Err(_) => Step::Continue,
+                },
+                Event::ClientGone => {
+                    self.cancel_upstream("the client closed the request").await;
+                    Step::Stop
+                }
+                Event::GatherDone => {
+                    self.gather_until = None;
+                    self.park_round().await
+                }
+                Event::Resume(Some(r)) => self.resume(r).await,
+                Event::Resume(None) => Step::Stop,
+                Event::Expired => {
+                    if let Some(p) = &mut self.park {
+                        p.guard.set_reason("the call expired before the client answered");
+                    }
+                    self.cancel_upstream("the client did not answer in time").await;
+                    Step::Stop
+                }
+            };
+            if matches!(step, Step::Stop) {
+                return;
+            }
+        }
+    }
+
+    async fn next_event(&mut self) -> Event {
+        let stream = &mut self.stream;
+        let inbox = &mut self.inbox_rx;
+        let leg = &self.leg;
+        let gather = self.gather_until;
+        let parked = self.leg.is_none();
+        let park = &mut self.park;
+        let (commands, deadline) = match park {
+            Some(p) if parked => (Some(&mut p.commands), Some(p.deadline)),
+            _ => (None, None),
+        };
+        tokio::select! {
+            m = async { match stream { Some(s) => s.next().await, None => std::future::pending().await } } => Event::Upstream(m),
+            Some(b) = inbox.recv() => Event::Inbox(b),
+            () = async { match leg { Some(l) => l.tx.closed().await, None => std::future::pending().await } } => Event::ClientGone,
+            () = async { match gather { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::GatherDone,
+            r = async { match commands { Some(c) => c.recv().await, None => std::future::pending().await } } => Event::Resume(r),
+            () = async { match deadline { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::Expired,
+        }
+    }
+
+    async fn send_upstream_request(&mut self) -> Result<(), ProxyError> {
+        for attempt in 0..2 {
+            if self.lease.is_none() {
+                let lease = self.app.pool.lease(&self.spec.principal, &self.spec.capabilities, self.spec.auth.clone()).await?;
+                lease.session().set_inbox(Some(self.inbox_tx.clone()));
+                self.lease = Some(lease);
+            }
+            let Some(lease) = self.lease.as_mut() else { continue };
+            match lease.session().request(&self.spec.method, &self.spec.upstream_params).await {
+                Ok((id, stream)) => {
+                    self.upstream_id = id;
+                    self.stream = Some(stream);
+                    return Ok(());
+                }
+                // The upstream forgot the session before seeing the request: safe to retry once.
+                Err(UpstreamError::SessionGone) if attempt == 0 => {
+                    lease.poison();
+                    self.lease = None;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(UpstreamError::SessionGone.into())
+    }
+
+    async fn on_upstream(&mut self, bytes: Bytes) -> Step {
+        let Ok(msg) = Message::parse(&bytes) else {
+            tracing::debug!("ignoring a malformed upstream message");
+            return Step::Continue;
+        };
+        match msg.kind() {
+            Ok(Kind::Response) if msg.id.as_ref().is_some_and(|id| id_is(id, self.upstream_id)) => {
+                self.stream = None;
+                self.on_final(msg).await
+            }
+            Ok(Kind::Request) => self.on_server_request(msg).await,
+            Ok(Kind::Notification) => {
+                self.on_notification(&msg).await;
+                Step::Continue
+            }
+            _ => Step::Continue,
+        }
+    }
+
+    async fn on_final(&mut self, msg: Message) -> Step {
+        if let Some(err) = &msg.error {
+            if err.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED && self.spec.input_capable {
+                if let Some(list) = err.data.as_ref().and_then(|d| d.get("elicitations")).and_then(Value::as_array) {
+                    for e in list.clone() {
+                        self.add_pending(InputKind::Elicitation, None, Some(&e));
+                    }
+                    if !self.pending.is_empty() {
+                        self.reissue = true;
+                        return self.park_round().await;
+                    }
+                }
+            }
+        }
+        match self.leg.take() {
+            Some(leg) => {
+                let out = self.final_outcome(msg, &leg.id);
+                let _ = leg.tx.send(LegEvent::Done(out)).await;
+                Step::Stop
+            }
+            None => {
+                self.held_final = Some(msg);
+                Step::Continue
+            }
+        }
+    }
+
+    fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
+        if let Some(err) = msg.error {
+            let err = rewrite::rewrite_error(err);
+            let status = if err.code == jsonrpc::METHOD_NOT_FOUND { StatusCode::NOT_FOUND } else { StatusCode::OK };
+            return Outcome { status, body: Bytes::from(jsonrpc::error_bytes(Some(id), &err)), retry_after: false };
+        }
+        let raw = msg.result.as_ref().map_or("{}", |r| r.get());
+        let info = self.lease.as_ref().and_then(|l| l.session().init_result().get("serverInfo"));
+        let ctx = RewriteCtx { server_info: info, ttl_ms: self.app.config.cache_ttl_ms, scope: self.app.config.cache_scope };
+        let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
+        Outcome { status: StatusCode::OK, body: Bytes::from(jsonrpc::response_bytes(id, &result)), retry_after: false }
+    }
+
+    async fn on_server_request(&mut self, msg: Message) -> Step {
+        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else { return Step::Continue };
+        let method = msg.method().to_owned();
+        let kind = InputKind::from_method(&method);
+        let Some(kind) = kind.filter(|_| self.spec.input_capable) else {
+            session.answer_default(&msg).await;
+            return Step::Continue;
+        };
+        let params = msg.params_value().ok().filter(|p| !p.is_null());
+        if let Err(required) = input::check_capability(kind, params.as_ref(), &self.spec.capabilities) {
+            let id = msg.id.as_ref().map(|i| i.get().to_owned()).unwrap_or_default();
+            let refusal = ErrorObject {
+                code: jsonrpc::INVALID_PARAMS,
+                message: "the client did not declare this capability".into(),
+                data: None,
+            };
+            let _ = session.answer(&id, Err(&refusal)).await;
+            self.cancel_upstream("the client lacks a required capability").await;
+            return self.fail(ProxyError::MissingCapability { required }).await;
+        }
+        let id = msg.id.as_ref().map(|i| i.get().to_owned());
+        self.add_pending(kind, id, params.as_ref());
+        if self.leg.is_some() && self.gather_until.is_none() {
+            self.gather_until = Some(Instant::now() + self.app.config.gather_window);
+        }
+        Step::Continue
+    }
+
+    fn add_pending(&mut self, kind: InputKind, upstream_id: Option<String>, params: Option<&Value>) {
+        let (embedded, _elicitation_id) = input::to_embedded(kind, params);
+        self.key_counter += 1;
+        let key = format!("{}-{}", kind.key_prefix(), self.key_counter);
+        self.pending.push(Pending { key, kind, upstream_id, embedded });
+    }
+
+    async fn on_notification(&mut self, msg: &Message) {
+        match msg.method() {
+            "notifications/progress" => {
+                let Some(leg) = &self.leg else { return };
+                let Some(token) = &leg.progress_token else { return };
+                let Ok(mut params) = msg.params_value() else { return };
+                // A retry may carry another token than the upstream knows: speak the leg's.
+                params["progressToken"] = token.clone();
+                let _ = leg.tx.send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(msg.method(), &params)))).await;
+            }
+            "notifications/message" => {
+                let Some(leg) = &self.leg else { return };
+                let Some(threshold) = leg.log_level.as_deref() else { return };
+                let Ok(params) = msg.params_value() else { return };
+                let level = params.get("level").and_then(Value::as_str).unwrap_or("info");
+                if severity(level) >= severity(threshold) {
+                    let _ = leg.tx.send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(msg.method(), &params)))).await;
+                }
+            }
+            // The upstream gave up on one of its own requests (TS SDK: after 60 s).
+            "notifications/cancelled" => {
+                let Ok(params) = msg.params_value() else { return };
+                let Some(rid) = params.get("requestId") else { return };
+                let rid = rid.to_string();
+                self.pending.retain(|p| p.upstream_id.as_deref() != Some(rid.as_str()));
+            }
+            _ => {}
+        }
+    }
+
+    async fn park_round(&mut self) -> Step {
+        let Some(leg) = self.leg.take() else { return Step::Continue };
+        if self.pending.is_empty() {
+            self.leg = Some(leg);
+            return Step::Continue;
+        }
+        if self.park.is_none() {
+            let (tx, commands) = mpsc::channel(1);
+            let handle = random_id(16);
+            match self.app.parked.register(handle, &self.spec.principal, &self.spec.request_digest, tx) {
+                Ok(guard) => self.park = Some(Parking { guard, commands, deadline: Instant::now(), round: 0 }),
+                Err(e) => {
+                    self.leg = Some(leg);
+                    self.cancel_upstream("the proxy is at its parked-call limit").await;
+                    return self.fail(e).await;
+                }
+            }
+        }
+        let Some(park) = self.park.as_mut() else { return Step::Stop };
+        park.round += 1;
+        let tokens = &self.app.tokens;
+        let claims = tokens.claims(park.guard.handle(), &self.spec.principal, &self.spec.request_digest, park.round, SystemTime::now());
+        let token = match tokens.sign(&claims) {
+            Ok(t) => t,
+            Err(e) => {
+                self.leg = Some(leg);
+                return self.fail(ProxyError::Internal(e.to_string())).await;
+            }
+        };
+        park.guard.open_round(&claims.jti, self.pending.iter().map(|p| (p.key.clone(), p.kind)).collect());
+        park.deadline = Instant::now() + tokens.ttl();
+        let requests: Map<String, Value> = self.pending.iter().map(|p| (p.key.clone(), p.embedded.clone())).collect();
+        let result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": token});
+        let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
+        tracing::debug!(round = park.round, keys = self.pending.len(), "parked call");
+        let _ = leg.tx.send(LegEvent::Done(Outcome { status: StatusCode::OK, body: Bytes::from(body), retry_after: false })).await;
+        Step::Continue
+    }
+
+    async fn resume(&mut self, r: Resume) -> Step {
+        self.leg = Some(r.leg);
+        if let Some(msg) = self.held_final.take() {
+            let Some(leg) = self.leg.take() else { return Step::Stop };
+            let out = self.final_outcome(msg, &leg.id);
+            let _ = leg.tx.send(LegEvent::Done(out)).await;
+            return Step::Stop;
+        }
+        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else { return Step::Stop };
+        let mut still = Vec::new();
+        for p in std::mem::take(&mut self.pending) {
+            let Some(answer) = r.answers.get(&p.key) else {
+                still.push(p);
+                continue;
+            };
+            if let Some(id) = &p.upstream_id {
+                if let Err(e) = session.answer(id, Ok(&answer.to_string())).await {
+                    self.pending = still;
+                    return self.fail(e.into()).await;
+                }
+            }
+        }
+        self.pending = still;
+        if self.reissue && self.pending.iter().all(|p| p.upstream_id.is_some()) {
+            self.reissue = false;
+            if let Err(e) = self.send_upstream_request().await {
+                return self.fail(e).await;
+            }
+        }
+        if self.pending.is_empty() {
+            if let Some(p) = &self.park {
+                p.guard.close_round();
+            }
+            return Step::Continue;
+        }
+        // Keys still unanswered: ask again for just those, same parked call, fresh token.
+        self.park_round().await
+    }
+
+    /// Ends the call with `err` on the current leg, or remembers it for the next retry.
+    async fn fail(&mut self, err: ProxyError) -> Step {
+        match self.leg.take() {
+            Some(leg) => {
+                let _ = leg.tx.send(LegEvent::Done(Outcome::error(&err, &leg.id))).await;
+                if let Some(l) = self.lease.as_mut() {
+                    l.poison();
+                }
+                Step::Stop
+            }
+            None => {
+                // Parked and the upstream died: the entry goes, a late retry learns why.
+                if let Some(p) = &mut self.park {
+                    p.guard.set_reason(format!("the upstream call failed ({err})"));
+                }
+                if let Some(l) = self.lease.as_mut() {
+                    l.poison();
+                }
+                Step::Stop
+            }
+        }
+    }
+
+    /// Abandons the upstream call: pending server requests get a cancel answer, then
+    /// `notifications/cancelled`; the session is not reused.
+    async fn cancel_upstream(&mut self, reason: &str) {
+        let Some(lease) = self.lease.as_mut() else { return };
+        lease.poison();
+        let session = Arc::clone(lease.session());
+        for p in std::mem::take(&mut self.pending) {
+            let Some(id) = p.upstream_id else { continue };
+            let res = match input::cancel_answer(p.kind) {
+                Some(a) => session.answer(&id, Ok(&a.to_string())).await,
+                None => {
+                    let e = ErrorObject { code: jsonrpc::INTERNAL_ERROR, message: reason.to_owned(), data: None };
+                    session.answer(&id, Err(&e)).await
+                }
+            };
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "could not cancel a pending server request");
+            }
+        }
+        if self.stream.is_some() || self.upstream_id != 0 {
+            session.cancel(self.upstream_id, reason).await;
+        }
+        self.stream = None;
+    }
+}
+
+fn id_is(raw: &RawValue, id: i64) -> bool {
+    raw.get().trim() == id.to_string()
+}
+
+/// Syslog severity order used by MCP logging levels.
+fn severity(level: &str) -> u8 {
+    match level {
+        "debug" => 0,
+        "info" => 1,
+        "notice" => 2,
+        "warning" => 3,
+        "error" => 4,
+        "critical" => 5,
+        "alert" => 6,
+        "emergency" => 7,
+        _ => 1,
+    }
+}

@@ -1,0 +1,44 @@
+//! Command line: `mrtr-proxy [--config FILE] [--listen ADDR] [--upstream URL] [--state-ttl D]`,
+//! `mrtr-proxy check-config FILE`, `mrtr-proxy demo [--once]`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// MCP sidecar: a 2026-07-28 (MRTR) front for a legacy Streamable HTTP server.
+#[derive(Debug, Parser)]
+#[command(name = "mrtr-proxy", version, about)]
+pub struct Cli {
+    /// TOML configuration file (every key optional; see config/mrtr-proxy.toml).
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    /// Listen address, overrides `server.listen`.
+    #[arg(long, global = true)]
+    pub listen: Option<SocketAddr>,
+    /// Upstream legacy MCP endpoint, overrides `upstream.url`.
+    #[arg(long)]
+    pub upstream: Option<String>,
+    /// Lifetime of a requestState / parked call (e.g. `30s`, `5m`), overrides `state.ttl`.
+    #[arg(long)]
+    pub state_ttl: Option<String>,
+    /// What to do (default: serve).
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Validate a configuration file and exit (non-zero, naming the bad key, if invalid).
+    CheckConfig {
+        /// The file to check.
+        file: PathBuf,
+    },
+    /// Run a built-in legacy server behind the proxy and walk a modern client through it.
+    Demo {
+        /// Exit after the walkthrough (status 0 if every step passed).
+        #[arg(long)]
+        once: bool,
+    },
+}

@@ -1,0 +1,464 @@
+//! Configuration: TOML text → validated, typed [`Config`].
+//!
+//! [`RawConfig`] mirrors the file (unknown keys rejected); [`Config::from_toml_str`] turns it into
+//! typed values and names the bad key on failure. Only `main.rs` reads files or the environment.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use http::Uri;
+use serde::Deserialize;
+
+/// Why a configuration was rejected. The message always names the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The TOML did not parse or has unknown keys / wrong types.
+    #[error("invalid config: {0}")]
+    Toml(#[from] toml::de::Error),
+    /// A key has a value that parses but is not acceptable.
+    #[error("invalid value for `{key}`: {reason}")]
+    Invalid {
+        /// Dotted key name, e.g. `state.ttl`.
+        key: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// A secret whose `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(s: String) -> Self {
+        Self(s)
+    }
+    /// The secret bytes; never log them.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// `cacheScope` stamped on cacheable results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheScope {
+    /// May be shared across users.
+    Public,
+    /// Per authorization context (the safe default).
+    Private,
+}
+
+impl CacheScope {
+    /// The wire value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Public => "public",
+            Self::Private => "private",
+        }
+    }
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address the proxy listens on.
+    pub listen: SocketAddr,
+    /// Path of the MCP endpoint (both eras), e.g. `/mcp`.
+    pub mcp_path: String,
+    /// Extra allowed `Origin` values (loopback origins are always allowed; `*` allows any).
+    pub allowed_origins: Vec<String>,
+    /// Largest accepted client request body.
+    pub max_body_bytes: usize,
+    /// Interval of SSE keep-alive comments; also how long a response waits before it turns into SSE.
+    pub keepalive: Duration,
+    /// Bound on simultaneous client connections.
+    pub max_connections: usize,
+    /// How long shutdown waits for in-flight connections.
+    pub shutdown_grace: Duration,
+    /// The legacy upstream's MCP endpoint.
+    pub upstream: Uri,
+    /// Protocol version the proxy asks for in `initialize`.
+    pub upstream_protocol_version: String,
+    /// Timeout for connecting to and getting response headers from the upstream.
+    pub upstream_timeout: Duration,
+    /// Largest accepted SSE event from the upstream.
+    pub max_sse_event_bytes: usize,
+    /// Request header that identifies the principal (lowercase); forwarded upstream unchanged.
+    pub principal_header: http::HeaderName,
+    /// Roots given to an upstream `roots/list` that belongs to no client call.
+    pub default_roots: Vec<serde_json::Value>,
+    /// Upper bound on upstream sessions across all principals.
+    pub max_sessions: usize,
+    /// Idle sessions are closed (DELETE) after this long.
+    pub session_idle: Duration,
+    /// How long a request waits for a session when the pool is full.
+    pub session_acquire_timeout: Duration,
+    /// Lifetime of a requestState token and of the parked call behind it.
+    pub state_ttl: Duration,
+    /// HS256 signing secret; `None` means generate one at start-up.
+    pub state_secret: Option<Secret>,
+    /// Issuer id of this instance, put in every token.
+    pub instance_id: Option<String>,
+    /// Window during which server requests arriving together are batched into one round.
+    pub gather_window: Duration,
+    /// Bound on parked calls across all principals.
+    pub max_parked: usize,
+    /// Bound on parked calls per principal.
+    pub max_parked_per_principal: usize,
+    /// `ttlMs` stamped on cacheable results.
+    pub cache_ttl_ms: u64,
+    /// `cacheScope` stamped on cacheable results.
+    pub cache_scope: CacheScope,
+}
+
+/// The file as written. Every key is optional and has a documented default.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawConfig {
+    /// `[server]`
+    pub server: RawServer,
+    /// `[upstream]`
+    pub upstream: RawUpstream,
+    /// `[pool]`
+    pub pool: RawPool,
+    /// `[state]`
+    pub state: RawState,
+    /// `[results]`
+    pub results: RawResults,
+}
+
+/// `[server]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawServer {
+    /// `listen`
+    pub listen: Option<String>,
+    /// `mcp_path`
+    pub mcp_path: Option<String>,
+    /// `allowed_origins`
+    pub allowed_origins: Vec<String>,
+    /// `max_body`
+    pub max_body: Option<String>,
+    /// `keepalive`
+    pub keepalive: Option<String>,
+    /// `max_connections`
+    pub max_connections: Option<usize>,
+    /// `shutdown_grace`
+    pub shutdown_grace: Option<String>,
+}
+
+/// `[upstream]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawUpstream {
+    /// `url`
+    pub url: Option<String>,
+    /// `protocol_version`
+    pub protocol_version: Option<String>,
+    /// `timeout`
+    pub timeout: Option<String>,
+    /// `max_sse_event`
+    pub max_sse_event: Option<String>,
+    /// `principal_header`
+    pub principal_header: Option<String>,
+    /// `default_roots`
+    pub default_roots: Vec<toml::Value>,
+}
+
+/// `[pool]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawPool {
+    /// `max_sessions`
+    pub max_sessions: Option<usize>,
+    /// `idle_timeout`
+    pub idle_timeout: Option<String>,
+    /// `acquire_timeout`
+    pub acquire_timeout: Option<String>,
+}
+
+/// `[state]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawState {
+    /// `ttl`
+    pub ttl: Option<String>,
+    /// `secret`
+    pub secret: Option<String>,
+    /// `instance_id`
+    pub instance_id: Option<String>,
+    /// `gather_window`
+    pub gather_window: Option<String>,
+    /// `max_parked`
+    pub max_parked: Option<usize>,
+    /// `max_parked_per_principal`
+    pub max_parked_per_principal: Option<usize>,
+}
+
+/// `[results]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawResults {
+    /// `ttl_ms`
+    pub ttl_ms: Option<u64>,
+    /// `cache_scope`
+    pub cache_scope: Option<String>,
+}
+
+/// Default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default upstream.
+pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:3000/mcp";
+/// Smallest secret accepted for HS256.
+pub const MIN_SECRET_BYTES: usize = 32;
+
+impl Config {
+    /// Parses and validates TOML text.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first bad key.
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let raw: RawConfig = toml::from_str(text)?;
+        Self::from_raw(raw)
+    }
+
+    /// Validates a [`RawConfig`].
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the first bad key.
+    pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
+        let s = raw.server;
+        let u = raw.upstream;
+        let p = raw.pool;
+        let st = raw.state;
+        let r = raw.results;
+        let listen = s.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
+        let listen: SocketAddr = listen.parse().map_err(|e| invalid("server.listen", e))?;
+        let mcp_path = s.mcp_path.unwrap_or_else(|| "/mcp".to_owned());
+        if !mcp_path.starts_with('/') {
+            return Err(invalid("server.mcp_path", "must start with '/'"));
+        }
+        let upstream = parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?;
+        let principal_header = u.principal_header.as_deref().unwrap_or("authorization");
+        let principal_header = http::HeaderName::from_bytes(principal_header.to_ascii_lowercase().as_bytes())
+            .map_err(|e| invalid("upstream.principal_header", e))?;
+        let default_roots = u
+            .default_roots
+            .into_iter()
+            .map(|v| serde_json::to_value(v).map_err(|e| invalid("upstream.default_roots", e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if default_roots.iter().any(|r| r.get("uri").and_then(|u| u.as_str()).is_none()) {
+            return Err(invalid("upstream.default_roots", "every root needs a `uri` string"));
+        }
+        let state_secret = match st.secret {
+            Some(sec) if sec.len() < MIN_SECRET_BYTES => {
+                return Err(invalid("state.secret", format!("must be at least {MIN_SECRET_BYTES} bytes")))
+            }
+            other => other.map(Secret::new),
+        };
+        let cache_scope = match r.cache_scope.as_deref().unwrap_or("private") {
+            "private" => CacheScope::Private,
+            "public" => CacheScope::Public,
+            other => return Err(invalid("results.cache_scope", format!("`{other}` is not public or private"))),
+        };
+        let state_ttl = dur("state.ttl", st.ttl.as_deref(), "5m")?;
+        if state_ttl.is_zero() {
+            return Err(invalid("state.ttl", "must be greater than zero"));
+        }
+        Ok(Self {
+            listen,
+            mcp_path,
+            allowed_origins: s.allowed_origins,
+            max_body_bytes: size("server.max_body", s.max_body.as_deref(), "4MiB")?,
+            keepalive: nonzero_dur("server.keepalive", s.keepalive.as_deref(), "15s")?,
+            max_connections: positive("server.max_connections", s.max_connections, 1024)?,
+            shutdown_grace: dur("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
+            upstream,
+            upstream_protocol_version: u.protocol_version.unwrap_or_else(|| "2025-11-25".to_owned()),
+            upstream_timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "30s")?,
+            max_sse_event_bytes: size("upstream.max_sse_event", u.max_sse_event.as_deref(), "8MiB")?,
+            principal_header,
+            default_roots,
+            max_sessions: positive("pool.max_sessions", p.max_sessions, 256)?,
+            session_idle: nonzero_dur("pool.idle_timeout", p.idle_timeout.as_deref(), "5m")?,
+            session_acquire_timeout: dur("pool.acquire_timeout", p.acquire_timeout.as_deref(), "10s")?,
+            state_ttl,
+            state_secret,
+            instance_id: st.instance_id,
+            gather_window: dur("state.gather_window", st.gather_window.as_deref(), "25ms")?,
+            max_parked: positive("state.max_parked", st.max_parked, 10_000)?,
+            max_parked_per_principal: positive("state.max_parked_per_principal", st.max_parked_per_principal, 100)?,
+            cache_ttl_ms: r.ttl_ms.unwrap_or(0),
+            cache_scope,
+        })
+    }
+
+    /// The built-in defaults (what runs with no file).
+    ///
+    /// # Errors
+    /// Never in practice; the defaults are valid.
+    pub fn defaults() -> Result<Self, ConfigError> {
+        Self::from_raw(RawConfig::default())
+    }
+}
+
+/// Parses the upstream URL (http only: a sidecar talks to its server over loopback or a pod network).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] for anything but an absolute `http://` URL.
+pub fn parse_upstream(url: &str) -> Result<Uri, ConfigError> {
+    let uri: Uri = url.parse().map_err(|e| invalid("upstream.url", e))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(invalid("upstream.url", "must be an absolute http:// URL"));
+    }
+    Ok(uri)
+}
+
+fn invalid(key: &'static str, reason: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid { key, reason: reason.to_string() }
+}
+
+fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
+    match v.unwrap_or(default) {
+        0 => Err(invalid(key, "must be at least 1")),
+        n => Ok(n),
+    }
+}
+
+fn dur(key: &'static str, v: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
+    parse_duration(v.unwrap_or(default)).map_err(|e| invalid(key, e))
+}
+
+fn nonzero_dur(key: &'static str, v: Option<&str>, default: &str) -> Result<Duration, ConfigError> {
+    let d = dur(key, v, default)?;
+    if d.is_zero() {
+        return Err(invalid(key, "must be greater than zero"));
+    }
+    Ok(d)
+}
+
+fn size(key: &'static str, v: Option<&str>, default: &str) -> Result<usize, ConfigError> {
+    match parse_size(v.unwrap_or(default)).map_err(|e| invalid(key, e))? {
+        0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
+}
+
+/// Parses a human duration: `250ms`, `30s`, `5m`, `1h` (a bare number is seconds).
+///
+/// # Errors
+/// A message saying what was expected.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 250ms, 30s, 5m, 1h"))?;
+    let d = match unit.trim() {
+        "ms" => Duration::from_millis(n),
+        "" | "s" => Duration::from_secs(n),
+        "m" | "min" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => return Err(format!("`{s}` has an unknown unit (use ms, s, m or h)")),
+    };
+    Ok(d)
+}
+
+/// Parses a human size: `512`, `64KiB`, `4MiB`, `1GiB` (also `KB`/`MB`, taken as binary).
+///
+/// # Errors
+/// A message saying what was expected.
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("`{s}` is not a size like 64KiB or 4MiB"))?;
+    let mult = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return Err(format!("`{s}` has an unknown unit (use B, KiB, MiB or GiB)")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn example_file_parses() {
+        let text = include_str!("../config/mrtr-proxy.toml");
+        let c = Config::from_toml_str(text).unwrap();
+        assert_eq!(c.mcp_path, "/mcp");
+        assert_eq!(c.cache_scope, CacheScope::Private);
+    }
+
+    #[test]
+    fn empty_file_gives_defaults() {
+        let c = Config::from_toml_str("").unwrap();
+        assert_eq!(c.listen, DEFAULT_LISTEN.parse().unwrap());
+        assert_eq!(c.state_ttl, Duration::from_secs(300));
+        assert_eq!(c.principal_header, "authorization");
+    }
+
+    #[test]
+    fn valid_fixtures_parse() {
+        for (name, text) in fixtures("valid") {
+            Config::from_toml_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn invalid_fixtures_name_the_key() {
+        let mut seen = 0;
+        for (name, text) in fixtures("invalid") {
+            // Each invalid fixture's first line is `# key: <the key the error must name>`.
+            let key = text.lines().next().and_then(|l| l.strip_prefix("# key: ")).unwrap().trim().to_owned();
+            let err = Config::from_toml_str(&text).expect_err(&name).to_string();
+            assert!(err.contains(&key), "{name}: error `{err}` does not name `{key}`");
+            seen += 1;
+        }
+        assert!(seen >= 5);
+    }
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+        assert_eq!(parse_size("4MiB").unwrap(), 4 << 20);
+        assert_eq!(parse_size("64kb").unwrap(), 64 << 10);
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn secret_debug_is_redacted() {
+        let s = Secret::new("super-secret-value".into());
+        assert_eq!(format!("{s:?}"), "[redacted]");
+    }
+
+    fn fixtures(kind: &str) -> Vec<(String, String)> {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config").join(kind);
+        let mut out: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                (p.display().to_string(), std::fs::read_to_string(&p).unwrap())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+}

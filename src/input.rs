@@ -1,0 +1,188 @@
+//! Input requests: what the upstream may ask a client for mid-call, how a legacy server request
+//! becomes a modern embedded `inputRequests` entry, capability gating, and answer validation.
+
+use serde_json::{json, Map, Value};
+
+/// The three kinds of input a server may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputKind {
+    /// `elicitation/create`
+    Elicitation,
+    /// `sampling/createMessage`
+    Sampling,
+    /// `roots/list`
+    Roots,
+}
+
+impl InputKind {
+    /// The kind behind a legacy server request method, if it is one.
+    pub fn from_method(method: &str) -> Option<Self> {
+        match method {
+            "elicitation/create" => Some(Self::Elicitation),
+            "sampling/createMessage" => Some(Self::Sampling),
+            "roots/list" => Some(Self::Roots),
+            _ => None,
+        }
+    }
+
+    /// Prefix of the `inputRequests` keys minted for this kind.
+    pub fn key_prefix(self) -> &'static str {
+        match self {
+            Self::Elicitation => "elicitation",
+            Self::Sampling => "sampling",
+            Self::Roots => "roots",
+        }
+    }
+
+    /// The method name.
+    pub fn method(self) -> &'static str {
+        match self {
+            Self::Elicitation => "elicitation/create",
+            Self::Sampling => "sampling/createMessage",
+            Self::Roots => "roots/list",
+        }
+    }
+}
+
+/// Converts legacy params into the embedded modern request `{method, params}`: legacy `_meta`,
+/// `task` and URL-mode `elicitationId` are dropped (the id is returned to be kept proxy-side).
+pub fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<String>) {
+    let mut p: Map<String, Value> = params.and_then(Value::as_object).cloned().unwrap_or_default();
+    p.remove("_meta");
+    p.remove("task");
+    let elicitation_id = match p.remove("elicitationId") {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
+    };
+    let embedded = if p.is_empty() && kind == InputKind::Roots {
+        json!({"method": kind.method()})
+    } else {
+        json!({"method": kind.method(), "params": p})
+    };
+    (embedded, elicitation_id)
+}
+
+/// Checks that the request's declared capabilities allow relaying this input request.
+///
+/// # Errors
+/// The `requiredCapabilities` object to put in a -32021 error.
+pub fn check_capability(kind: InputKind, params: Option<&Value>, caps: &Value) -> Result<(), Value> {
+    let param = |k: &str| params.and_then(|p| p.get(k));
+    match kind {
+        InputKind::Elicitation => {
+            let mode = param("mode").and_then(Value::as_str).unwrap_or("form");
+            let declared = caps.get("elicitation");
+            let ok = match (mode, declared) {
+                (_, None) => false,
+                ("url", Some(e)) => e.get("url").is_some(),
+                // `elicitation: {}` means form-only; a declaration of url alone excludes form.
+                (_, Some(e)) => e.get("form").is_some() || e.get("url").is_none(),
+            };
+            if ok {
+                Ok(())
+            } else if mode == "url" {
+                Err(json!({"elicitation": {"url": {}}}))
+            } else {
+                Err(json!({"elicitation": {"form": {}}}))
+            }
+        }
+        InputKind::Sampling => {
+            let Some(s) = caps.get("sampling") else { return Err(json!({"sampling": {}})) };
+            let wants_tools = param("tools").is_some() || param("toolChoice").is_some();
+            if wants_tools && s.get("tools").is_none() {
+                return Err(json!({"sampling": {"tools": {}}}));
+            }
+            Ok(())
+        }
+        InputKind::Roots => caps.get("roots").map(|_| ()).ok_or_else(|| json!({"roots": {}})),
+    }
+}
+
+/// Validates an answer's shape for its kind.
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
+    let Some(obj) = answer.as_object() else { return Err("must be an object".into()) };
+    match kind {
+        InputKind::Elicitation => {
+            match obj.get("action").and_then(Value::as_str) {
+                Some("accept" | "decline" | "cancel") => {}
+                _ => return Err("elicitation result needs action accept, decline or cancel".into()),
+            }
+            if obj.get("content").is_some_and(|c| !c.is_object()) {
+                return Err("elicitation content must be an object".into());
+            }
+        }
+        InputKind::Sampling => {
+            if !obj.get("role").is_some_and(Value::is_string) {
+                return Err("sampling result needs a role".into());
+            }
+            if !obj.get("content").is_some_and(|c| c.is_object() || c.is_array()) {
+                return Err("sampling result needs content".into());
+            }
+            if !obj.get("model").is_some_and(Value::is_string) {
+                return Err("sampling result needs a model".into());
+            }
+        }
+        InputKind::Roots => {
+            let Some(roots) = obj.get("roots").and_then(Value::as_array) else {
+                return Err("roots result needs a roots array".into());
+            };
+            if roots.iter().any(|r| !r.get("uri").is_some_and(Value::is_string)) {
+                return Err("every root needs a uri".into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The answer given to the upstream when a parked request is abandoned (TTL, cancellation).
+pub fn cancel_answer(kind: InputKind) -> Option<Value> {
+    match kind {
+        InputKind::Elicitation => Some(json!({"action": "cancel"})),
+        InputKind::Sampling | InputKind::Roots => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_shape_drops_legacy_fields() {
+        let p = json!({"mode":"url","message":"m","url":"https://x","elicitationId":"e1","_meta":{"a":1},"task":{}});
+        let (e, id) = to_embedded(InputKind::Elicitation, Some(&p));
+        assert_eq!(e, json!({"method":"elicitation/create","params":{"mode":"url","message":"m","url":"https://x"}}));
+        assert_eq!(id.as_deref(), Some("e1"));
+        let (e, _) = to_embedded(InputKind::Roots, None);
+        assert_eq!(e, json!({"method":"roots/list"}));
+    }
+
+    #[test]
+    fn capability_gating() {
+        let form = json!({"message":"m","requestedSchema":{"type":"object","properties":{}}});
+        let url = json!({"mode":"url","message":"m","url":"https://x"});
+        assert!(check_capability(InputKind::Elicitation, Some(&form), &json!({"elicitation":{}})).is_ok());
+        assert!(check_capability(InputKind::Elicitation, Some(&url), &json!({"elicitation":{}})).is_err());
+        assert!(check_capability(InputKind::Elicitation, Some(&url), &json!({"elicitation":{"url":{}}})).is_ok());
+        assert!(check_capability(InputKind::Elicitation, Some(&form), &json!({"elicitation":{"url":{}}})).is_err());
+        assert_eq!(check_capability(InputKind::Elicitation, Some(&form), &json!({})).unwrap_err(), json!({"elicitation":{"form":{}}}));
+        let tools = json!({"messages":[],"maxTokens":5,"tools":[]});
+        assert_eq!(check_capability(InputKind::Sampling, Some(&tools), &json!({"sampling":{}})).unwrap_err(), json!({"sampling":{"tools":{}}}));
+        assert!(check_capability(InputKind::Sampling, Some(&tools), &json!({"sampling":{"tools":{}}})).is_ok());
+        assert!(check_capability(InputKind::Roots, None, &json!({"roots":{}})).is_ok());
+        assert!(check_capability(InputKind::Roots, None, &json!({"sampling":{}})).is_err());
+    }
+
+    #[test]
+    fn answer_shapes() {
+        assert!(validate_answer(InputKind::Elicitation, &json!({"action":"accept","content":{"a":1}})).is_ok());
+        assert!(validate_answer(InputKind::Elicitation, &json!({"action":"maybe"})).is_err());
+        assert!(validate_answer(InputKind::Elicitation, &json!("accept")).is_err());
+        assert!(validate_answer(InputKind::Sampling, &json!({"role":"assistant","content":{"type":"text","text":"x"},"model":"m"})).is_ok());
+        assert!(validate_answer(InputKind::Sampling, &json!({"role":"assistant"})).is_err());
+        assert!(validate_answer(InputKind::Roots, &json!({"roots":[{"uri":"file:///a"}]})).is_ok());
+        assert!(validate_answer(InputKind::Roots, &json!({"roots":[{}]})).is_err());
+    }
+}

@@ -1,0 +1,232 @@
+//! JSON-RPC 2.0 envelopes: just enough parsing to route a message.
+//!
+//! `params`, `result` and `error.data` stay raw (`Box<RawValue>`) so that bytes we do not touch are
+//! forwarded as they came. Building whole messages for the client also lives here.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
+
+/// Parse error (invalid JSON).
+pub const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid request object.
+pub const INVALID_REQUEST: i64 = -32600;
+/// Unknown or capability-gated method.
+pub const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid params (also: bad or expired `requestState`, missing `_meta` fields).
+pub const INVALID_PARAMS: i64 = -32602;
+/// Internal error.
+pub const INTERNAL_ERROR: i64 = -32603;
+/// Legacy (≤ 2025-11-25) "resource not found"; mapped to [`INVALID_PARAMS`] for modern clients.
+pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+/// Legacy (2025-11-25) "URL elicitation required".
+pub const LEGACY_URL_ELICITATION_REQUIRED: i64 = -32042;
+/// 2026-07-28: mirrored headers missing or not matching the body.
+pub const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: processing needs a capability the request did not declare.
+pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// 2026-07-28: the requested protocol version is not supported.
+pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// Implementation-defined: the proxy is at a configured limit (parked calls, sessions).
+pub const SERVER_OVERLOADED: i64 = -32000;
+
+/// One incoming JSON-RPC message, parsed only down to its envelope.
+#[derive(Debug, Deserialize)]
+pub struct Message {
+    /// Must be `"2.0"`; checked by [`Message::parse`].
+    #[serde(default)]
+    pub jsonrpc: Option<String>,
+    /// Request or response id; absent on notifications.
+    #[serde(default, deserialize_with = "deserialize_present")]
+    pub id: Option<Box<RawValue>>,
+    /// Present on requests and notifications.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Request or notification params, untouched.
+    #[serde(default)]
+    pub params: Option<Box<RawValue>>,
+    /// Successful response payload, untouched.
+    #[serde(default)]
+    pub result: Option<Box<RawValue>>,
+    /// Error response payload.
+    #[serde(default)]
+    pub error: Option<ErrorObject>,
+}
+
+/// What kind of JSON-RPC message a [`Message`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Has `method` and `id`.
+    Request,
+    /// Has `method`, no `id`.
+    Notification,
+    /// Has `id` and `result` or `error`.
+    Response,
+}
+
+/// A JSON-RPC error object; `data` stays raw.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ErrorObject {
+    /// Error code.
+    pub code: i64,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: String,
+    /// Optional structured data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+/// Why bytes are not a usable JSON-RPC message.
+#[derive(Debug, thiserror::Error)]
+pub enum EnvelopeError {
+    /// Not JSON at all (or not an object).
+    #[error("invalid json: {0}")]
+    Json(#[from] serde_json::Error),
+    /// JSON, but not a JSON-RPC 2.0 message.
+    #[error("not a json-rpc 2.0 message: {0}")]
+    Shape(&'static str),
+}
+
+// An explicit `"id": null` is kept as `Some(null)` so it is not mistaken for a notification.
+fn deserialize_present<'de, D>(d: D) -> Result<Option<Box<RawValue>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Box::<RawValue>::deserialize(d).map(Some)
+}
+
+impl Message {
+    /// Parses one JSON-RPC 2.0 message (not a batch).
+    ///
+    /// # Errors
+    /// [`EnvelopeError`] when the bytes are not JSON or not a JSON-RPC 2.0 message.
+    pub fn parse(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+        let msg: Self = serde_json::from_slice(bytes)?;
+        if msg.jsonrpc.as_deref() != Some("2.0") {
+            return Err(EnvelopeError::Shape("jsonrpc must be \"2.0\""));
+        }
+        msg.kind()?;
+        Ok(msg)
+    }
+
+    /// Classifies the message.
+    ///
+    /// # Errors
+    /// [`EnvelopeError::Shape`] for a message that is neither request, notification nor response.
+    pub fn kind(&self) -> Result<Kind, EnvelopeError> {
+        match (&self.method, &self.id, self.result.is_some() || self.error.is_some()) {
+            (Some(_), Some(id), false) if id.get() != "null" => Ok(Kind::Request),
+            (Some(_), None, false) => Ok(Kind::Notification),
+            (None, Some(_), true) => Ok(Kind::Response),
+            _ => Err(EnvelopeError::Shape("neither request, notification nor response")),
+        }
+    }
+
+    /// The method name, or `""` for responses.
+    pub fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+
+    /// The params parsed as a JSON value (`Null` when absent).
+    ///
+    /// # Errors
+    /// Never for params that came through [`Message::parse`]; kept fallible for safety.
+    pub fn params_value(&self) -> Result<Value, serde_json::Error> {
+        match &self.params {
+            Some(raw) => serde_json::from_str(raw.get()),
+            None => Ok(Value::Null),
+        }
+    }
+}
+
+/// Serialises a successful response `{"jsonrpc":"2.0","id":…,"result":…}` from a raw result.
+pub fn response_bytes(id: &RawValue, result: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(result.len() + id.get().len() + 32);
+    out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+    out.extend_from_slice(id.get().as_bytes());
+    out.extend_from_slice(br#","result":"#);
+    out.extend_from_slice(result.as_bytes());
+    out.push(b'}');
+    out
+}
+
+/// Serialises an error response. `id` is `null` when the request id is unknown.
+pub fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8> {
+    let id = id.map_or("null", RawValue::get);
+    let err = serde_json::to_string(error).unwrap_or_else(|_| {
+        format!(r#"{{"code":{},"message":"internal error"}}"#, INTERNAL_ERROR)
+    });
+    format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{err}}}"#).into_bytes()
+}
+
+/// Serialises a notification from a method and params value.
+pub fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({"jsonrpc":"2.0","method":method,"params":params}))
+        .unwrap_or_default()
+}
+
+/// Serialises a request with an integer id (used toward the upstream).
+pub fn request_bytes(id: i64, method: &str, params: &Value) -> Vec<u8> {
+    let body = if params.is_null() {
+        serde_json::json!({"jsonrpc":"2.0","id":id,"method":method})
+    } else {
+        serde_json::json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
+    };
+    serde_json::to_vec(&body).unwrap_or_default()
+}
+
+/// Turns a raw JSON value into an owned boxed raw value (falls back to `null`).
+pub fn to_raw(value: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| null_raw())
+}
+
+/// A boxed raw `null`.
+pub fn null_raw() -> Box<RawValue> {
+    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| unreachable_null())
+}
+
+// `"null"` is always valid JSON; this exists only so the fallback type-checks without a panic.
+fn unreachable_null() -> Box<RawValue> {
+    serde_json::value::to_raw_value(&Value::Null).unwrap_or_else(|_| Box::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_request_notification_response() {
+        let r = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).unwrap();
+        assert_eq!(r.kind().unwrap(), Kind::Request);
+        assert_eq!(r.id.unwrap().get(), "1");
+        let n = Message::parse(br#"{"method":"notifications/progress","jsonrpc":"2.0"}"#).unwrap();
+        assert_eq!(n.kind().unwrap(), Kind::Notification);
+        let s = Message::parse(br#"{"jsonrpc":"2.0","id":"a","result":{"x":[1, 2]}}"#).unwrap();
+        assert_eq!(s.kind().unwrap(), Kind::Response);
+        assert_eq!(s.result.unwrap().get(), r#"{"x":[1, 2]}"#, "raw bytes are kept");
+    }
+
+    #[test]
+    fn rejects_non_jsonrpc() {
+        assert!(Message::parse(b"[1,2]").is_err());
+        assert!(Message::parse(br#"{"id":1,"method":"x"}"#).is_err());
+        assert!(Message::parse(br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#).is_err());
+        assert!(Message::parse(br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#).is_err());
+        assert!(Message::parse(br#"{"jsonrpc":"2.0"}"#).is_err());
+        assert!(Message::parse(b"{").is_err());
+    }
+
+    #[test]
+    fn builds_messages() {
+        let id = RawValue::from_string("\"x\"".into()).unwrap();
+        assert_eq!(
+            String::from_utf8(response_bytes(&id, r#"{"a":1}"#)).unwrap(),
+            r#"{"jsonrpc":"2.0","id":"x","result":{"a":1}}"#
+        );
+        let e = ErrorObject { code: -32602, message: "bad".into(), data: None };
+        let v: Value = serde_json::from_slice(&error_bytes(None, &e)).unwrap();
+        assert_eq!(v["id"], Value::Null);
+        assert_eq!(v["error"]["code"], -32602);
+    }
+}

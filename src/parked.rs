@@ -1,0 +1,213 @@
+//! The registry of parked calls: unguessable handle → the call actor's command channel, plus what
+//! a retry must match (principal, request digest, the current round's single-use `jti`).
+//!
+//! Entries are removed by an RAII guard held by the actor; a removed handle leaves a tombstone for
+//! one TTL so that a late retry learns *why* its call is gone. Counts are bounded in total and per
+//! principal. No map reference is ever held across an `.await`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use dashmap::DashMap;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use crate::call::Leg;
+use crate::error::ProxyError;
+use crate::input::{validate_answer, InputKind};
+use crate::state_token::{Claims, TokenError};
+
+/// A retry delivered to a parked call.
+#[derive(Debug)]
+pub struct Resume {
+    /// The retry's `inputResponses` (only keys the call asked for were validated).
+    pub answers: Map<String, Value>,
+    /// Where to send what comes next.
+    pub leg: Leg,
+}
+
+/// The registry.
+#[derive(Debug)]
+pub struct ParkedCalls {
+    map: DashMap<String, Slot>,
+    per_principal: DashMap<String, usize>,
+    total: AtomicUsize,
+    max_total: usize,
+    max_per_principal: usize,
+    tombstone_ttl: Duration,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Live(Arc<Parked>),
+    Gone { reason: String, until: Instant },
+}
+
+/// One parked call as the front sees it.
+#[derive(Debug)]
+pub struct Parked {
+    principal: String,
+    request: String,
+    tx: mpsc::Sender<Resume>,
+    round: Mutex<Round>,
+}
+
+#[derive(Debug, Default)]
+struct Round {
+    jti: Option<String>,
+    pending: Vec<(String, InputKind)>,
+}
+
+/// Held by the call actor; removing the entry when dropped.
+#[derive(Debug)]
+pub struct ParkGuard {
+    calls: Arc<ParkedCalls>,
+    handle: String,
+    entry: Arc<Parked>,
+    reason: String,
+}
+
+impl ParkedCalls {
+    /// An empty registry with the given bounds.
+    pub fn new(max_total: usize, max_per_principal: usize, tombstone_ttl: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            map: DashMap::new(),
+            per_principal: DashMap::new(),
+            total: AtomicUsize::new(0),
+            max_total,
+            max_per_principal,
+            tombstone_ttl,
+        })
+    }
+
+    /// Parked calls right now.
+    pub fn len(&self) -> usize {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// True when nothing is parked.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Registers a parked call under `handle`.
+    ///
+    /// # Errors
+    /// [`ProxyError::Overloaded`] past the total or per-principal bound.
+    pub fn register(
+        self: &Arc<Self>,
+        handle: String,
+        principal: &str,
+        request: &str,
+        tx: mpsc::Sender<Resume>,
+    ) -> Result<ParkGuard, ProxyError> {
+        if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(ProxyError::Overloaded("too many parked calls; retry later".into()));
+        }
+        {
+            let mut n = self.per_principal.entry(principal.to_owned()).or_insert(0);
+            if *n >= self.max_per_principal {
+                drop(n);
+                self.total.fetch_sub(1, Ordering::AcqRel);
+                return Err(ProxyError::Overloaded("too many parked calls for this principal; retry later".into()));
+            }
+            *n += 1;
+        }
+        let entry = Arc::new(Parked {
+            principal: principal.to_owned(),
+            request: request.to_owned(),
+            tx,
+            round: Mutex::new(Round::default()),
+        });
+        self.map.insert(handle.clone(), Slot::Live(Arc::clone(&entry)));
+        Ok(ParkGuard { calls: Arc::clone(self), handle, entry, reason: "the call ended".into() })
+    }
+
+    /// Claims the round named by verified `claims`: checks the handle is live, the `jti` is the
+    /// current one, and the answers to this round's keys have the right shape; then consumes the
+    /// `jti` (single use) and returns the sender to the actor.
+    ///
+    /// # Errors
+    /// [`TokenError`]s for gone or used state; [`ProxyError::InvalidParams`] for bad answers (the
+    /// token is then *not* consumed and the call stays parked).
+    pub fn claim(&self, claims: &Claims, answers: &Map<String, Value>) -> Result<mpsc::Sender<Resume>, ProxyError> {
+        let entry = match self.map.get(&claims.h).as_deref() {
+            Some(Slot::Live(e)) => Arc::clone(e),
+            Some(Slot::Gone { reason, .. }) => return Err(TokenError::Gone(reason.clone()).into()),
+            None => return Err(TokenError::Gone("unknown or expired call".into()).into()),
+        };
+        if entry.principal != claims.sub || entry.request != claims.req {
+            return Err(TokenError::Invalid.into());
+        }
+        let mut round = entry.round.lock().map_err(|_| ProxyError::Internal("poisoned round lock".into()))?;
+        if round.jti.as_deref() != Some(claims.jti.as_str()) {
+            return Err(TokenError::AlreadyUsed.into());
+        }
+        for (key, kind) in &round.pending {
+            if let Some(answer) = answers.get(key) {
+                validate_answer(*kind, answer)
+                    .map_err(|why| ProxyError::InvalidParams(format!("inputResponses[\"{key}\"]: {why}")))?;
+            }
+        }
+        round.jti = None;
+        Ok(entry.tx.clone())
+    }
+
+    /// Drops tombstones older than their TTL.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        self.map.retain(|_, slot| match slot {
+            Slot::Live(_) => true,
+            Slot::Gone { until, .. } => *until > now,
+        });
+    }
+}
+
+impl ParkGuard {
+    /// Publishes a new round: its single-use `jti` and the keys (with kinds) it asks for.
+    pub fn open_round(&self, jti: &str, pending: Vec<(String, InputKind)>) {
+        if let Ok(mut r) = self.entry.round.lock() {
+            r.jti = Some(jti.to_owned());
+            r.pending = pending;
+        }
+    }
+
+    /// Invalidates the current round's token (the call is running again or ending).
+    pub fn close_round(&self) {
+        if let Ok(mut r) = self.entry.round.lock() {
+            r.jti = None;
+        }
+    }
+
+    /// The handle.
+    pub fn handle(&self) -> &str {
+        &self.handle
+    }
+
+    /// What a late retry is told once this entry is gone.
+    pub fn set_reason(&mut self, reason: impl Into<String>) {
+        self.reason = reason.into();
+    }
+}
+
+impl Drop for ParkGuard {
+    fn drop(&mut self) {
+        let reason = std::mem::take(&mut self.reason);
+        let until = Instant::now() + self.calls.tombstone_ttl;
+        self.calls.map.insert(self.handle.clone(), Slot::Gone { reason, until });
+        self.calls.total.fetch_sub(1, Ordering::AcqRel);
+        let principal = &self.entry.principal;
+        let empty = match self.calls.per_principal.get_mut(principal) {
+            Some(mut n) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            None => false,
+        };
+        if empty {
+            self.calls.per_principal.remove_if(principal, |_, n| *n == 0);
+        }
+    }
+}

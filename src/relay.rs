@@ -1,0 +1,56 @@
+//! Legacy pass-through: a request from a legacy client (an `initialize`, or anything carrying
+//! `Mcp-Session-Id`) goes to the upstream unchanged and the answer streams back unchanged.
+
+use http::{header, HeaderName, Request, Response, Uri};
+use http_body_util::BodyExt;
+
+use crate::body::Body;
+use crate::error::ProxyError;
+use crate::server::App;
+
+// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded.
+const HOP_BY_HOP: [HeaderName; 6] = [
+    header::CONNECTION,
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+];
+
+/// Relays `req` to the upstream and streams the response back.
+pub async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
+    let (mut parts, body) = req.into_parts();
+    let upstream = app.pool.client().uri();
+    let path_and_query = match parts.uri.query() {
+        Some(q) => format!("{}?{q}", upstream.path()),
+        None => upstream.path().to_owned(),
+    };
+    let mut builder = Uri::builder().path_and_query(path_and_query);
+    if let (Some(s), Some(a)) = (upstream.scheme(), upstream.authority()) {
+        builder = builder.scheme(s.clone()).authority(a.clone());
+    }
+    parts.uri = match builder.build() {
+        Ok(u) => u,
+        Err(e) => return ProxyError::Internal(e.to_string()).into_response(None),
+    };
+    strip_hop_by_hop(&mut parts.headers);
+    parts.headers.remove(header::HOST);
+    parts.version = http::Version::HTTP_11;
+    match app.pool.client().send(Request::from_parts(parts, body)).await {
+        Ok(resp) => {
+            let (mut parts, body) = resp.into_parts();
+            strip_hop_by_hop(&mut parts.headers);
+            Response::from_parts(parts, body.map_err(Into::into).boxed())
+        }
+        Err(e) => ProxyError::Upstream(e).into_response(None),
+    }
+}
+
+fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    for h in &HOP_BY_HOP {
+        headers.remove(h);
+    }
+    headers.remove("keep-alive");
+    headers.remove(header::UPGRADE);
+}

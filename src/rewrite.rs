@@ -1,0 +1,208 @@
+//! Legacy → modern result rewriting: `resultType`, cache hints, `serverInfo` in `_meta`,
+//! legacy-only fields dropped, retired error codes mapped. Also builds `server/discover`.
+//!
+//! Results are spliced, not re-serialised, when their top level has none of the keys we add: the
+//! upstream's bytes then reach the client unchanged after the fields we prepend.
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::config::CacheScope;
+use crate::front::{META_SERVER_INFO, MODERN_VERSION};
+use crate::jsonrpc::{self, ErrorObject};
+
+/// What rewriting needs to know.
+#[derive(Debug, Clone, Copy)]
+pub struct RewriteCtx<'a> {
+    /// The upstream's `serverInfo`, put in every result's `_meta`.
+    pub server_info: Option<&'a Value>,
+    /// `ttlMs` for cacheable results.
+    pub ttl_ms: u64,
+    /// `cacheScope` for cacheable results.
+    pub scope: CacheScope,
+}
+
+/// Results that carry `ttlMs`/`cacheScope` in 2026-07-28.
+pub fn is_cacheable(method: &str) -> bool {
+    matches!(
+        method,
+        "server/discover" | "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
+    )
+}
+
+#[derive(Deserialize)]
+struct TopKeys {
+    #[serde(rename = "_meta")]
+    meta: Option<IgnoredAny>,
+    #[serde(rename = "resultType")]
+    result_type: Option<IgnoredAny>,
+    #[serde(rename = "ttlMs")]
+    ttl_ms: Option<IgnoredAny>,
+    #[serde(rename = "cacheScope")]
+    cache_scope: Option<IgnoredAny>,
+}
+
+/// Rewrites a legacy result (raw JSON object) of `method` into the modern shape.
+pub fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
+    let cacheable = is_cacheable(method);
+    let needs_tree = method == "tools/list";
+    if !needs_tree {
+        if let Ok(keys) = serde_json::from_str::<TopKeys>(raw) {
+            let clash = keys.meta.is_some() || keys.result_type.is_some() || keys.ttl_ms.is_some() || keys.cache_scope.is_some();
+            if !clash {
+                return splice(raw, method, ctx);
+            }
+        }
+    }
+    let Ok(Value::Object(mut obj)) = serde_json::from_str::<Value>(raw) else {
+        // Not an object: wrap nothing, but never emit a result without resultType.
+        return format!(r#"{{"resultType":"complete","value":{raw}}}"#);
+    };
+    if needs_tree {
+        strip_legacy_tool_fields(&mut obj);
+    }
+    obj.insert("resultType".into(), "complete".into());
+    if cacheable {
+        obj.insert("ttlMs".into(), ctx.ttl_ms.into());
+        obj.insert("cacheScope".into(), ctx.scope.as_str().into());
+    }
+    if let Some(info) = ctx.server_info {
+        let meta = obj.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(m) = meta {
+            m.entry(META_SERVER_INFO).or_insert_with(|| info.clone());
+        }
+    }
+    Value::Object(obj).to_string()
+}
+
+fn splice(raw: &str, method: &str, ctx: RewriteCtx<'_>) -> String {
+    let rest = raw.trim_start().strip_prefix('{').unwrap_or("}");
+    let mut out = String::with_capacity(raw.len() + 160);
+    out.push_str(r#"{"resultType":"complete""#);
+    if is_cacheable(method) {
+        out.push_str(&format!(r#","ttlMs":{},"cacheScope":"{}""#, ctx.ttl_ms, ctx.scope.as_str()));
+    }
+    if let Some(info) = ctx.server_info {
+        out.push_str(&format!(r#","_meta":{{"{META_SERVER_INFO}":{info}}}"#));
+    }
+    if !rest.trim_start().starts_with('}') {
+        out.push(',');
+    }
+    out.push_str(rest);
+    out
+}
+
+// Legacy task support (`execution.taskSupport`) has no meaning for modern clients.
+fn strip_legacy_tool_fields(obj: &mut Map<String, Value>) {
+    if let Some(Value::Array(tools)) = obj.get_mut("tools") {
+        for tool in tools {
+            if let Value::Object(t) = tool {
+                t.remove("execution");
+            }
+        }
+    }
+}
+
+/// Maps retired legacy error codes to their 2026-07-28 equivalents.
+pub fn rewrite_error(mut err: ErrorObject) -> ErrorObject {
+    if err.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
+        err.code = jsonrpc::INVALID_PARAMS;
+    }
+    err
+}
+
+/// Builds the `server/discover` result from the upstream's `InitializeResult`.
+pub fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCtx<'_>) -> Value {
+    let mut caps = init.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+    if let Value::Object(c) = &mut caps {
+        // Legacy tasks are not wire-compatible with the tasks extension; do not advertise them.
+        c.remove("tasks");
+    }
+    let mut out = json!({
+        "resultType": "complete",
+        "supportedVersions": [MODERN_VERSION, legacy_version],
+        "capabilities": caps,
+        "ttlMs": ctx.ttl_ms,
+        "cacheScope": ctx.scope.as_str(),
+    });
+    if let Some(i) = init.get("instructions").filter(|i| i.is_string()) {
+        out["instructions"] = i.clone();
+    }
+    if let Some(info) = init.get("serverInfo") {
+        out["_meta"] = json!({ META_SERVER_INFO: info });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx(info: Option<&Value>) -> RewriteCtx<'_> {
+        RewriteCtx { server_info: info, ttl_ms: 1000, scope: CacheScope::Private }
+    }
+
+    fn parse(s: &str) -> Value {
+        serde_json::from_str(s).unwrap()
+    }
+
+    #[test]
+    fn call_results_get_result_type_and_keep_bytes() {
+        let raw = r#"{"content":[{"type":"text","text":"hi"}],  "isError":false}"#;
+        let out = rewrite_result("tools/call", raw, ctx(None));
+        assert!(out.ends_with(r#""content":[{"type":"text","text":"hi"}],  "isError":false}"#), "{out}");
+        let v = parse(&out);
+        assert_eq!(v["resultType"], "complete");
+        assert!(v.get("ttlMs").is_none());
+    }
+
+    #[test]
+    fn lists_and_reads_get_cache_hints() {
+        let info = json!({"name":"up","version":"1"});
+        for m in ["prompts/list", "resources/read", "resources/templates/list"] {
+            let v = parse(&rewrite_result(m, r#"{"x":[]}"#, ctx(Some(&info))));
+            assert_eq!(v["ttlMs"], 1000, "{m}");
+            assert_eq!(v["cacheScope"], "private");
+            assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "up");
+        }
+        let v = parse(&rewrite_result("resources/read", "{}", ctx(None)));
+        assert_eq!(v["resultType"], "complete");
+    }
+
+    #[test]
+    fn existing_meta_is_merged() {
+        let info = json!({"name":"up"});
+        let v = parse(&rewrite_result("tools/call", r#"{"_meta":{"k":1},"content":[]}"#, ctx(Some(&info))));
+        assert_eq!(v["_meta"]["k"], 1);
+        assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "up");
+    }
+
+    #[test]
+    fn tools_list_drops_task_support() {
+        let raw = r#"{"tools":[{"name":"a","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]}"#;
+        let v = parse(&rewrite_result("tools/list", raw, ctx(None)));
+        assert!(v["tools"][0].get("execution").is_none());
+        assert_eq!(v["tools"][0]["name"], "a");
+        assert_eq!(v["cacheScope"], "private");
+    }
+
+    #[test]
+    fn retired_codes_are_mapped() {
+        let e = rewrite_error(ErrorObject { code: -32002, message: "nf".into(), data: None });
+        assert_eq!(e.code, -32602);
+        let e = rewrite_error(ErrorObject { code: -32601, message: "x".into(), data: None });
+        assert_eq!(e.code, -32601);
+    }
+
+    #[test]
+    fn discover_from_initialize() {
+        let init = json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true},"tasks":{}},"serverInfo":{"name":"s","version":"1"},"instructions":"use me"});
+        let v = discover_result(&init, "2025-06-18", ctx(None));
+        assert_eq!(v["supportedVersions"], json!(["2026-07-28", "2025-06-18"]));
+        assert!(v["capabilities"].get("tasks").is_none());
+        assert_eq!(v["instructions"], "use me");
+        assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "s");
+        assert_eq!(v["ttlMs"], 1000);
+    }
+}

@@ -1,0 +1,187 @@
+//! Talking to the legacy upstream: the HTTP client, the reader that turns a JSON or SSE response
+//! body into JSON-RPC messages, and (in submodules) legacy sessions and their pool.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::Body;
+use crate::sse::{SseDecoder, SseError};
+
+pub mod pool;
+pub mod session;
+
+pub use pool::{Lease, PoolKey, SessionPool};
+pub use session::Session;
+
+/// A failure talking to the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Could not connect or the connection broke.
+    #[error("upstream unreachable: {0}")]
+    Connect(String),
+    /// No response headers within the configured timeout.
+    #[error("upstream timed out")]
+    Timeout,
+    /// An HTTP status we cannot use.
+    #[error("upstream answered http {0}")]
+    Status(StatusCode),
+    /// The upstream broke the protocol (bad JSON, missing session id, …).
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+    /// The upstream no longer knows our session (404).
+    #[error("upstream session expired")]
+    SessionGone,
+    /// The response stream ended before the call's result.
+    #[error("upstream closed the stream before the result")]
+    Closed,
+    /// An SSE event broke the decoder's bounds.
+    #[error(transparent)]
+    Sse(#[from] SseError),
+}
+
+impl UpstreamError {
+    /// The status the client sees.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+}
+
+/// HTTP client for the one configured upstream.
+#[derive(Debug, Clone)]
+pub struct UpstreamClient {
+    http: Client<HttpConnector, Body>,
+    uri: Uri,
+    timeout: Duration,
+    max_event_bytes: usize,
+}
+
+impl UpstreamClient {
+    /// A client for `uri`.
+    pub fn new(uri: Uri, timeout: Duration, max_event_bytes: usize) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeout));
+        connector.set_nodelay(true);
+        let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
+        Self { http, uri, timeout, max_event_bytes }
+    }
+
+    /// The upstream MCP endpoint.
+    pub fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// Largest accepted SSE event / JSON body.
+    pub fn max_event_bytes(&self) -> usize {
+        self.max_event_bytes
+    }
+
+    /// Sends a request; waits at most the configured timeout for the response headers.
+    ///
+    /// # Errors
+    /// [`UpstreamError::Connect`] or [`UpstreamError::Timeout`].
+    pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
+        match tokio::time::timeout(self.timeout, self.http.request(req)).await {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => Err(UpstreamError::Connect(e.to_string())),
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+}
+
+/// Yields the JSON-RPC messages of one upstream response body, JSON or SSE, as raw bytes.
+#[derive(Debug)]
+pub struct MessageStream {
+    body: Incoming,
+    mode: Mode,
+    queue: std::collections::VecDeque<Bytes>,
+    done: bool,
+}
+
+#[derive(Debug)]
+enum Mode {
+    Sse(SseDecoder),
+    Json { buf: BytesMut, limit: usize },
+}
+
+impl MessageStream {
+    /// Wraps a response; the content type picks JSON or SSE.
+    pub fn new(resp: Response<Incoming>, max_event_bytes: usize) -> Self {
+        let sse = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mode = if sse {
+            Mode::Sse(SseDecoder::new(max_event_bytes))
+        } else {
+            Mode::Json { buf: BytesMut::new(), limit: max_event_bytes }
+        };
+        Self { body: resp.into_body(), mode, queue: Default::default(), done: false }
+    }
+
+    /// The next message, `None` at the end of the body.
+    ///
+    /// # Errors
+    /// Transport failures and SSE bound violations; the stream is finished after an error.
+    pub async fn next(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        loop {
+            if let Some(m) = self.queue.pop_front() {
+                return Some(Ok(m));
+            }
+            if self.done {
+                return None;
+            }
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else { continue };
+                    if let Err(e) = self.push(&data) {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(UpstreamError::Connect(e.to_string())));
+                }
+                None => {
+                    self.done = true;
+                    if let Mode::Json { buf, .. } = &mut self.mode {
+                        let body = buf.split().freeze();
+                        if !body.iter().all(u8::is_ascii_whitespace) {
+                            self.queue.push_back(body);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) -> Result<(), UpstreamError> {
+        match &mut self.mode {
+            Mode::Sse(dec) => {
+                for ev in dec.feed(data)? {
+                    if ev.event.as_deref().is_none_or(|e| e == "message") {
+                        self.queue.push_back(Bytes::from(ev.data));
+                    }
+                }
+            }
+            Mode::Json { buf, limit } => {
+                if buf.len() + data.len() > *limit {
+                    return Err(UpstreamError::Sse(SseError::EventTooLarge { limit: *limit }));
+                }
+                buf.extend_from_slice(data);
+            }
+        }
+        Ok(())
+    }
+}

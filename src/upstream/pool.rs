@@ -1,0 +1,244 @@
+//! The bounded pool of legacy sessions, keyed by (principal digest, declared capabilities).
+//!
+//! Every request leases a session exclusively for its lifetime, so a server request arriving on
+//! the session's GET stream belongs to exactly one call. A healthy lease goes back to the idle list
+//! when dropped; a poisoned or dead one is closed. Idle sessions are reaped after `idle_timeout`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http::HeaderValue;
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::session::{legacy_capabilities, SessionParams};
+use super::{Session, UpstreamClient, UpstreamError};
+use crate::error::ProxyError;
+
+/// Sessions are shared only between requests with the same key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    /// Principal digest.
+    pub principal: String,
+    /// Canonical JSON of the declared (legacy-mapped) capabilities.
+    pub capabilities: String,
+}
+
+/// Pool settings.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    /// Upper bound on sessions.
+    pub max_sessions: usize,
+    /// Idle sessions older than this are closed.
+    pub idle_timeout: Duration,
+    /// How long a lease waits for room.
+    pub acquire_timeout: Duration,
+    /// Protocol version asked for.
+    pub protocol_version: String,
+    /// Answer to unattributed `roots/list`.
+    pub default_roots: Arc<Vec<Value>>,
+}
+
+/// The session pool.
+#[derive(Debug)]
+pub struct SessionPool {
+    client: UpstreamClient,
+    cfg: PoolConfig,
+    idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>>>,
+    permits: Arc<Semaphore>,
+    ready: AtomicBool,
+}
+
+/// Exclusive use of one session; returned to the pool on drop.
+#[derive(Debug)]
+pub struct Lease {
+    session: Arc<Session>,
+    key: PoolKey,
+    pool: Arc<SessionPool>,
+    reusable: bool,
+}
+
+impl SessionPool {
+    /// An empty pool.
+    pub fn new(client: UpstreamClient, cfg: PoolConfig) -> Arc<Self> {
+        let permits = Arc::new(Semaphore::new(cfg.max_sessions));
+        Arc::new(Self { client, cfg, idle: Mutex::new(HashMap::new()), permits, ready: AtomicBool::new(false) })
+    }
+
+    /// True once any `initialize` succeeded.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The upstream client.
+    pub fn client(&self) -> &UpstreamClient {
+        &self.client
+    }
+
+    /// Leases a session for `principal` with `capabilities` (modern shape), creating one if needed.
+    ///
+    /// # Errors
+    /// [`ProxyError::Overloaded`] when the pool stays full; upstream errors of the handshake.
+    pub async fn lease(
+        self: &Arc<Self>,
+        principal: &str,
+        capabilities: &Value,
+        auth: Option<(http::HeaderName, HeaderValue)>,
+    ) -> Result<Lease, ProxyError> {
+        let legacy = legacy_capabilities(capabilities);
+        let key = PoolKey { principal: principal.to_owned(), capabilities: legacy.to_string() };
+        if let Some(session) = self.take_idle(&key) {
+            return Ok(Lease { session, key, pool: Arc::clone(self), reusable: true });
+        }
+        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                self.evict_one_idle().await;
+                let wait = Arc::clone(&self.permits).acquire_owned();
+                match tokio::time::timeout(self.cfg.acquire_timeout, wait).await {
+                    Ok(Ok(p)) => p,
+                    _ => return Err(ProxyError::Overloaded("all upstream sessions are busy".into())),
+                }
+            }
+        };
+        let params = SessionParams {
+            capabilities: legacy,
+            auth,
+            protocol_version: self.cfg.protocol_version.clone(),
+            default_roots: Arc::clone(&self.cfg.default_roots),
+        };
+        let session = Session::initialize(self.client.clone(), params, permit).await?;
+        self.ready.store(true, Ordering::Relaxed);
+        Ok(Lease { session, key, pool: Arc::clone(self), reusable: true })
+    }
+
+    /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
+    pub async fn probe(self: &Arc<Self>) -> bool {
+        match self.lease("", &Value::Object(Default::default()), None).await {
+            Ok(lease) => {
+                lease.session().close().await;
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Closes idle sessions older than the idle timeout. Returns how many were closed.
+    pub async fn reap_idle(&self) -> usize {
+        let cutoff = Instant::now().checked_sub(self.cfg.idle_timeout);
+        let mut stale = Vec::new();
+        if let Ok(mut idle) = self.idle.lock() {
+            for list in idle.values_mut() {
+                list.retain(|s| {
+                    let last = s.last_used.lock().map(|t| *t).unwrap_or_else(|_| Instant::now());
+                    let keep = cutoff.is_none_or(|c| last > c) && !s.is_dead();
+                    if !keep {
+                        stale.push(Arc::clone(s));
+                    }
+                    keep
+                });
+            }
+            idle.retain(|_, l| !l.is_empty());
+        }
+        let n = stale.len();
+        for s in stale {
+            s.close().await;
+        }
+        n
+    }
+
+    /// Closes every idle session (shutdown).
+    pub async fn close_all(&self) {
+        let all: Vec<Arc<Session>> = match self.idle.lock() {
+            Ok(mut idle) => idle.drain().flat_map(|(_, v)| v).collect(),
+            Err(_) => Vec::new(),
+        };
+        for s in all {
+            s.close().await;
+        }
+    }
+
+    /// Number of idle sessions (for tests and metrics).
+    pub fn idle_count(&self) -> usize {
+        self.idle.lock().map(|m| m.values().map(Vec::len).sum()).unwrap_or(0)
+    }
+
+    fn take_idle(&self, key: &PoolKey) -> Option<Arc<Session>> {
+        let mut idle = self.idle.lock().ok()?;
+        let list = idle.get_mut(key)?;
+        while let Some(s) = list.pop() {
+            if !s.is_dead() {
+                return Some(s);
+            }
+        }
+        None
+    }
+
+    async fn evict_one_idle(&self) {
+        let victim = self.idle.lock().ok().and_then(|mut idle| {
+            let key = idle
+                .iter()
+                .filter_map(|(k, v)| {
+                    v.first().map(|s| (k.clone(), s.last_used.lock().map(|t| *t).unwrap_or_else(|_| Instant::now())))
+                })
+                .min_by_key(|(_, t)| *t)
+                .map(|(k, _)| k)?;
+            let list = idle.get_mut(&key)?;
+            let s = if list.is_empty() { None } else { Some(list.remove(0)) };
+            if list.is_empty() {
+                idle.remove(&key);
+            }
+            s
+        });
+        if let Some(s) = victim {
+            s.close().await;
+        }
+    }
+
+    fn give_back(&self, key: PoolKey, session: Arc<Session>) {
+        if let Ok(mut t) = session.last_used.lock() {
+            *t = Instant::now();
+        }
+        if let Ok(mut idle) = self.idle.lock() {
+            idle.entry(key).or_default().push(session);
+        }
+    }
+}
+
+impl Lease {
+    /// The leased session.
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+
+    /// Do not reuse this session (e.g. a cancelled call may still talk on it); it is closed on drop.
+    pub fn poison(&mut self) {
+        self.reusable = false;
+    }
+
+    /// The key this lease was made for.
+    pub fn key(&self) -> &PoolKey {
+        &self.key
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.session.set_inbox(None);
+        if self.reusable && !self.session.is_dead() {
+            self.pool.give_back(self.key.clone(), Arc::clone(&self.session));
+            return;
+        }
+        let session = Arc::clone(&self.session);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { session.close().await });
+        }
+    }
+}
+
+/// Errors of a lease that mean "try once more on a fresh session".
+pub fn is_session_gone(e: &UpstreamError) -> bool {
+    matches!(e, UpstreamError::SessionGone)
+}

@@ -1,0 +1,434 @@
+//! One legacy upstream session: `initialize` with the client's capabilities, the standalone GET
+//! stream kept open, and the plumbing to send requests, notifications and answers on it.
+//!
+//! Server requests arriving on the GET stream go to whichever call currently leases the session
+//! (its inbox); `ping` and requests that belong to no call are answered here.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::task::JoinHandle;
+
+use super::{MessageStream, UpstreamClient, UpstreamError};
+use crate::body;
+use crate::jsonrpc::{self, ErrorObject, Kind, Message};
+
+/// Header carrying the legacy session id.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+/// Header carrying the legacy protocol version.
+pub const VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// A live legacy session.
+#[derive(Debug)]
+pub struct Session {
+    client: UpstreamClient,
+    id: Option<HeaderValue>,
+    version: String,
+    init_result: Value,
+    auth: Option<(http::HeaderName, HeaderValue)>,
+    next_id: AtomicI64,
+    inbox: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    notifications: broadcast::Sender<Bytes>,
+    dead: AtomicBool,
+    default_roots: Arc<Vec<Value>>,
+    get_task: Mutex<Option<JoinHandle<()>>>,
+    pub(super) last_used: Mutex<Instant>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// What `initialize` needs to know.
+#[derive(Debug, Clone)]
+pub struct SessionParams {
+    /// Capabilities declared upstream (legacy shape).
+    pub capabilities: Value,
+    /// Principal header forwarded unchanged.
+    pub auth: Option<(http::HeaderName, HeaderValue)>,
+    /// Protocol version to ask for.
+    pub protocol_version: String,
+    /// Answer to unattributed `roots/list`.
+    pub default_roots: Arc<Vec<Value>>,
+}
+
+impl Session {
+    /// Runs the legacy handshake and opens the GET stream.
+    ///
+    /// # Errors
+    /// Any [`UpstreamError`] of the handshake.
+    pub async fn initialize(
+        client: UpstreamClient,
+        params: SessionParams,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Arc<Self>, UpstreamError> {
+        let init = json!({
+            "protocolVersion": params.protocol_version,
+            "capabilities": params.capabilities,
+            "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
+        });
+        let body = jsonrpc::request_bytes(0, "initialize", &init);
+        let req = base_request(&client, Method::POST, None, None, params.auth.as_ref()).body(body::full(body));
+        let req = req.map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let resp = client.send(req).await?;
+        if !resp.status().is_success() {
+            return Err(UpstreamError::Status(resp.status()));
+        }
+        let id = resp.headers().get(SESSION_HEADER).cloned();
+        let mut stream = MessageStream::new(resp, client.max_event_bytes());
+        let result = loop {
+            let Some(msg) = stream.next().await else { return Err(UpstreamError::Closed) };
+            let msg = Message::parse(&msg?).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+            if msg.kind().ok() != Some(Kind::Response) {
+                continue;
+            }
+            if let Some(err) = msg.error {
+                return Err(UpstreamError::Protocol(format!("initialize failed: {}", err.message)));
+            }
+            let raw = msg.result.map(|r| r.get().to_owned()).unwrap_or_default();
+            break serde_json::from_str::<Value>(&raw).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        };
+        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or(&params.protocol_version);
+        let (notifications, _) = broadcast::channel(64);
+        let session = Arc::new(Self {
+            client,
+            id,
+            version: version.to_owned(),
+            init_result: result.clone(),
+            auth: params.auth,
+            next_id: AtomicI64::new(1),
+            inbox: Mutex::new(None),
+            notifications,
+            dead: AtomicBool::new(false),
+            default_roots: params.default_roots,
+            get_task: Mutex::new(None),
+            last_used: Mutex::new(Instant::now()),
+            _permit: permit,
+        });
+        session.notify("notifications/initialized", &Value::Null).await?;
+        session.open_get_stream().await;
+        Ok(session)
+    }
+
+    /// The upstream's `InitializeResult`.
+    pub fn init_result(&self) -> &Value {
+        &self.init_result
+    }
+
+    /// The negotiated legacy protocol version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// True once the upstream forgot the session or it was closed.
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed)
+    }
+
+    /// Marks the session unusable (it will be closed when its lease ends).
+    pub fn mark_dead(&self) {
+        self.dead.store(true, Ordering::Relaxed);
+    }
+
+    /// A fresh upstream request id.
+    pub fn next_id(&self) -> i64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Routes server requests from the GET stream to `inbox` (or, with `None`, back to defaults).
+    pub fn set_inbox(&self, inbox: Option<mpsc::UnboundedSender<Bytes>>) {
+        if let Ok(mut slot) = self.inbox.lock() {
+            *slot = inbox;
+        }
+    }
+
+    /// Notifications from the GET stream (list changes, resource updates).
+    pub fn subscribe(&self) -> broadcast::Receiver<Bytes> {
+        self.notifications.subscribe()
+    }
+
+    /// POSTs a JSON-RPC message on this session.
+    ///
+    /// # Errors
+    /// Transport errors; [`UpstreamError::SessionGone`] on 404.
+    pub async fn post(&self, body: Vec<u8>) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+        let req = base_request(&self.client, Method::POST, self.id.as_ref(), Some(&self.version), self.auth.as_ref())
+            .body(body::full(body))
+            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let resp = self.client.send(req).await?;
+        if resp.status() == StatusCode::NOT_FOUND && self.id.is_some() {
+            self.mark_dead();
+            return Err(UpstreamError::SessionGone);
+        }
+        Ok(resp)
+    }
+
+    /// Sends a request; returns its id and the response's message stream.
+    ///
+    /// # Errors
+    /// As [`Session::post`]; other non-2xx statuses whose body is not JSON-RPC give
+    /// [`UpstreamError::Status`].
+    pub async fn request(&self, method: &str, params: &Value) -> Result<(i64, MessageStream), UpstreamError> {
+        let id = self.next_id();
+        let resp = self.post(jsonrpc::request_bytes(id, method, params)).await?;
+        let status = resp.status();
+        let is_json = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+        // A JSON-RPC error body on a 4xx/5xx is still a usable answer; anything else is not.
+        if !status.is_success() && !is_json {
+            return Err(UpstreamError::Status(status));
+        }
+        Ok((id, MessageStream::new(resp, self.client.max_event_bytes())))
+    }
+
+    /// Sends a notification and drains the (202) answer.
+    ///
+    /// # Errors
+    /// As [`Session::post`].
+    pub async fn notify(&self, method: &str, params: &Value) -> Result<(), UpstreamError> {
+        let body = if params.is_null() {
+            serde_json::to_vec(&json!({"jsonrpc":"2.0","method":method})).unwrap_or_default()
+        } else {
+            jsonrpc::notification_bytes(method, params)
+        };
+        let resp = self.post(body).await?;
+        drain(resp).await
+    }
+
+    /// Answers server request `id` with a result (raw JSON) or an error.
+    ///
+    /// # Errors
+    /// As [`Session::post`].
+    pub async fn answer(&self, id: &str, answer: Result<&str, &ErrorObject>) -> Result<(), UpstreamError> {
+        let body = match answer {
+            Ok(result) => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#).into_bytes(),
+            Err(err) => {
+                let raw = serde_json::value::RawValue::from_string(id.to_owned())
+                    .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+                jsonrpc::error_bytes(Some(&raw), err)
+            }
+        };
+        let resp = self.post(body).await?;
+        drain(resp).await
+    }
+
+    /// Cancels upstream request `id` (`notifications/cancelled`).
+    pub async fn cancel(&self, id: i64, reason: &str) {
+        let params = json!({"requestId": id, "reason": reason});
+        if let Err(e) = self.notify("notifications/cancelled", &params).await {
+            tracing::debug!(error = %e, "cancel notification failed");
+        }
+    }
+
+    /// Ends the session: stops the GET stream and DELETEs it upstream.
+    pub async fn close(&self) {
+        self.mark_dead();
+        if let Some(task) = self.get_task.lock().ok().and_then(|mut t| t.take()) {
+            task.abort();
+        }
+        if self.id.is_none() {
+            return;
+        }
+        let req = base_request(&self.client, Method::DELETE, self.id.as_ref(), Some(&self.version), self.auth.as_ref())
+            .body(body::empty());
+        if let Ok(req) = req {
+            if let Ok(resp) = self.client.send(req).await {
+                let _ = drain(resp).await;
+            }
+        }
+    }
+
+    // Opens the standalone GET stream and waits until the upstream accepted (or refused) it, so that
+    // a server request sent there right after the handshake is not lost.
+    async fn open_get_stream(self: &Arc<Self>) {
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let weak = Arc::downgrade(self);
+        let task = tokio::spawn(get_stream_loop(weak, ready_tx));
+        if let Ok(mut slot) = self.get_task.lock() {
+            *slot = Some(task);
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
+    }
+
+    // Handles one message from the GET stream.
+    async fn on_get_message(&self, bytes: Bytes) {
+        let Ok(msg) = Message::parse(&bytes) else {
+            tracing::debug!("ignoring a malformed message on the upstream GET stream");
+            return;
+        };
+        match msg.kind() {
+            Ok(Kind::Request) => {
+                if msg.method() != "ping" {
+                    let inbox = self.inbox.lock().ok().and_then(|s| s.clone());
+                    if let Some(inbox) = inbox {
+                        if inbox.send(bytes).is_ok() {
+                            return;
+                        }
+                    }
+                }
+                self.answer_default(&msg).await;
+            }
+            Ok(Kind::Notification) => {
+                let _ = self.notifications.send(bytes);
+            }
+            _ => {}
+        }
+    }
+
+    /// Answers a server request that no client call can take.
+    pub async fn answer_default(&self, msg: &Message) {
+        let Some(id) = msg.id.as_ref() else { return };
+        let answer = default_answer(msg.method(), &self.default_roots);
+        let text = answer.as_ref().map(|v| v.to_string());
+        let res = match &text {
+            Ok(s) => self.answer(id.get(), Ok(s)).await,
+            Err(e) => self.answer(id.get(), Err(e)).await,
+        };
+        if let Err(e) = res {
+            tracing::debug!(error = %e, method = msg.method(), "default answer failed");
+        }
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if let Some(task) = self.get_task.get_mut().ok().and_then(Option::take) {
+            task.abort();
+        }
+    }
+}
+
+/// What the proxy answers a server request that belongs to no client call (or to a method that
+/// may not ask for input): `ping` → `{}`, `roots/list` → the configured roots, elicitation →
+/// `decline`, anything else → a JSON-RPC error.
+pub fn default_answer(method: &str, roots: &[Value]) -> Result<Value, ErrorObject> {
+    match method {
+        "ping" => Ok(json!({})),
+        "roots/list" => Ok(json!({"roots": roots})),
+        "elicitation/create" => Ok(json!({"action": "decline"})),
+        _ => Err(ErrorObject {
+            code: jsonrpc::INVALID_PARAMS,
+            message: format!("{method} is not associated with a client request that can provide input"),
+            data: None,
+        }),
+    }
+}
+
+async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
+    let mut ready = Some(ready);
+    let mut failures = 0u32;
+    loop {
+        let Some(session) = weak.upgrade() else { break };
+        if session.is_dead() {
+            break;
+        }
+        let req = base_request(&session.client, Method::GET, session.id.as_ref(), Some(&session.version), session.auth.as_ref())
+            .header(header::ACCEPT, "text/event-stream")
+            .body(body::empty());
+        let Ok(req) = req else { break };
+        let client = session.client.clone();
+        drop(session);
+        let resp = client.send(req).await;
+        if let Some(tx) = ready.take() {
+            let _ = tx.send(());
+        }
+        match resp {
+            Ok(resp) if resp.status().is_success() => {
+                failures = 0;
+                let mut stream = MessageStream::new(resp, client.max_event_bytes());
+                while let Some(Ok(msg)) = stream.next().await {
+                    let Some(session) = weak.upgrade() else { return };
+                    session.on_get_message(msg).await;
+                }
+            }
+            Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
+                if let Some(s) = weak.upgrade() {
+                    s.mark_dead();
+                }
+                break;
+            }
+            // 405: the upstream offers no GET stream; nothing to listen to.
+            Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => break,
+            Ok(_) | Err(_) => failures += 1,
+        }
+        if failures > 5 {
+            tracing::warn!("giving up on the upstream GET stream after repeated failures");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.max(1)))).await;
+    }
+}
+
+fn base_request(
+    client: &UpstreamClient,
+    method: Method,
+    session: Option<&HeaderValue>,
+    version: Option<&str>,
+    auth: Option<&(http::HeaderName, HeaderValue)>,
+) -> http::request::Builder {
+    let mut b = Request::builder()
+        .method(method.clone())
+        .uri(client.uri().clone())
+        .header(header::ACCEPT, "application/json, text/event-stream");
+    if method == Method::POST {
+        b = b.header(header::CONTENT_TYPE, "application/json");
+    }
+    if let Some(s) = session {
+        b = b.header(SESSION_HEADER, s.clone());
+    }
+    if let Some(v) = version {
+        b = b.header(VERSION_HEADER, v);
+    }
+    if let Some((name, value)) = auth {
+        b = b.header(name.clone(), value.clone());
+    }
+    b
+}
+
+async fn drain(resp: http::Response<hyper::body::Incoming>) -> Result<(), UpstreamError> {
+    use http_body_util::BodyExt;
+    let status = resp.status();
+    // Bounded: answers to notifications are empty; never read more than a little.
+    let _ = http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect().await;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(UpstreamError::Status(status))
+    }
+}
+
+/// Maps the capabilities a modern request declared to what `initialize` declares upstream.
+pub fn legacy_capabilities(modern: &Value) -> Value {
+    let mut caps = serde_json::Map::new();
+    if let Some(obj) = modern.as_object() {
+        for key in ["experimental", "sampling", "elicitation", "roots"] {
+            if let Some(v) = obj.get(key) {
+                caps.insert(key.to_owned(), v.clone());
+            }
+        }
+    }
+    Value::Object(caps)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_answers() {
+        assert_eq!(default_answer("roots/list", &[]).unwrap(), json!({"roots": []}));
+        assert_eq!(default_answer("elicitation/create", &[]).unwrap()["action"], "decline");
+        assert_eq!(default_answer("sampling/createMessage", &[]).unwrap_err().code, -32602);
+    }
+
+    #[test]
+    fn capability_mapping_drops_modern_only_keys() {
+        let m = json!({"elicitation":{"form":{}},"extensions":{"io.modelcontextprotocol/tasks":{}},"roots":{}});
+        assert_eq!(legacy_capabilities(&m), json!({"elicitation":{"form":{}},"roots":{}}));
+    }
+}
