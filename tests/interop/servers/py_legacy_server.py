@@ -1,0 +1,140 @@
+"""A legacy (2025-11-25) MCP server on the official Python SDK (mcp==1.30.0, FastMCP).
+
+Its tools ask for input mid-call the way deployed servers do: elicitation and sampling inline on
+the call's SSE stream, roots/list on the session's GET stream. Binds 127.0.0.1:0 and prints
+`READY <port>` once listening.
+"""
+
+import asyncio
+import socket
+import sys
+
+import uvicorn
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.types import SamplingMessage, TextContent
+from pydantic import BaseModel
+
+mcp = FastMCP("py-legacy-server", instructions="Python legacy test server")
+
+
+class Name(BaseModel):
+    name: str
+
+
+async def ask_for_name(ctx: Context, message: str) -> str:
+    r = await ctx.elicit(message, schema=Name)
+    return r.data.name if r.action == "accept" else f"<{r.action}>"
+
+
+async def sample(ctx: Context, text: str) -> str:
+    r = await ctx.session.create_message(
+        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize: {text}"))],
+        max_tokens=100,
+        related_request_id=ctx.request_id,
+    )
+    return r.content.text if isinstance(r.content, TextContent) else str(r.content)
+
+
+async def roots(ctx: Context) -> str:
+    r = await ctx.session.list_roots()
+    return ", ".join(str(x.uri) for x in r.roots)
+
+
+@mcp.tool()
+async def echo(text: str) -> str:
+    """Echoes text."""
+    return text
+
+
+@mcp.tool()
+async def progress(steps: int, ctx: Context) -> str:
+    """Reports progress."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps)
+    return f"done after {steps} steps"
+
+
+@mcp.tool()
+async def ask_name(ctx: Context) -> str:
+    """Elicits a name once."""
+    return f"Hello, {await ask_for_name(ctx, 'What is your name?')}!"
+
+
+@mcp.tool()
+async def summarize(text: str, ctx: Context) -> str:
+    """Samples a summary."""
+    return f"Summary: {await sample(ctx, text)}"
+
+
+@mcp.tool()
+async def list_roots(ctx: Context) -> str:
+    """Lists the client's roots (Python sends roots/list on the GET stream)."""
+    return f"Roots: {await roots(ctx)}"
+
+
+@mcp.tool()
+async def everything(ctx: Context) -> str:
+    """Elicits, samples and lists roots concurrently."""
+    n, s, r = await asyncio.gather(ask_for_name(ctx, "Name?"), sample(ctx, "everything"), roots(ctx))
+    return f"name={n} sample={s} roots={r}"
+
+
+@mcp.tool()
+async def twice(ctx: Context) -> str:
+    """Elicits twice in sequence."""
+    a = await ask_for_name(ctx, "First name?")
+    b = await ask_for_name(ctx, "Second name?")
+    return f"{a} and {b}"
+
+
+@mcp.tool()
+async def adaptive(ctx: Context) -> str:
+    """Elicits when the client declared elicitation, samples otherwise."""
+    caps = ctx.session.client_params.capabilities if ctx.session.client_params else None
+    if caps is not None and caps.elicitation is not None:
+        return f"elicited {await ask_for_name(ctx, 'Name?')}"
+    return f"sampled {await sample(ctx, 'adaptive')}"
+
+
+@mcp.prompt()
+async def greeting(ctx: Context) -> str:
+    """Asks who to greet."""
+    return f"Please greet {await ask_for_name(ctx, 'Who should be greeted?')}."
+
+
+@mcp.prompt()
+def plain_prompt(topic: str) -> str:
+    """A prompt that needs no input."""
+    return f"Tell me about {topic}."
+
+
+@mcp.resource("data://motd")
+def motd() -> str:
+    """A plain resource."""
+    return "Have a nice day"
+
+
+@mcp.resource("data://secret/{who}")
+async def secret(who: str, ctx: Context) -> str:
+    """A resource whose read elicits."""
+    return f"secret of {who} for {await ask_for_name(ctx, 'Who is asking?')}"
+
+
+async def main() -> None:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(mcp.streamable_http_app(), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        await asyncio.sleep(0.01)
+    print(f"READY {port}", flush=True)
+    await task
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
+    sys.exit(0)

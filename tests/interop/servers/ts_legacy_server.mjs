@@ -1,0 +1,109 @@
+// A legacy (2025-11-25) MCP server on the official TypeScript SDK (@modelcontextprotocol/sdk 1.32.2),
+// one McpServer per session, the usual express wiring. Server requests made with relatedRequestId go
+// on the call's POST stream. Binds 127.0.0.1:0 and prints `READY <port>` once listening.
+import { randomUUID } from 'node:crypto';
+import express from 'express';
+import { z } from 'zod';
+import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+
+const nameSchema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
+
+function build() {
+  const server = new McpServer({ name: 'ts-legacy-server', version: '1.0.0' }, { instructions: 'TypeScript legacy test server' });
+  const raw = server.server;
+  const askName = async (extra, message) => {
+    const r = await raw.elicitInput({ message, requestedSchema: nameSchema }, { relatedRequestId: extra.requestId });
+    return r.action === 'accept' ? r.content.name : `<${r.action}>`;
+  };
+  const sample = async (extra, text) => {
+    const r = await raw.createMessage(
+      { messages: [{ role: 'user', content: { type: 'text', text: `Summarize: ${text}` } }], maxTokens: 100 },
+      { relatedRequestId: extra.requestId },
+    );
+    return r.content.type === 'text' ? r.content.text : JSON.stringify(r.content);
+  };
+  const roots = async (extra) => {
+    const r = await raw.listRoots(undefined, { relatedRequestId: extra.requestId });
+    return r.roots.map((x) => x.uri).join(', ');
+  };
+  const text = (t) => ({ content: [{ type: 'text', text: t }] });
+
+  server.registerTool('echo', { description: 'Echoes text', inputSchema: { text: z.string() } }, async ({ text: t }) => text(t));
+  server.registerTool('progress', { description: 'Reports progress', inputSchema: { steps: z.number() } }, async ({ steps }, extra) => {
+    const token = extra._meta?.progressToken;
+    for (let i = 1; i <= steps; i++) {
+      if (token !== undefined) {
+        await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: steps } });
+      }
+    }
+    return text(`done after ${steps} steps`);
+  });
+  server.registerTool('ask_name', { description: 'Elicits a name once' }, async (extra) => text(`Hello, ${await askName(extra, 'What is your name?')}!`));
+  server.registerTool('summarize', { description: 'Samples a summary', inputSchema: { text: z.string() } }, async ({ text: t }, extra) =>
+    text(`Summary: ${await sample(extra, t)}`),
+  );
+  server.registerTool('list_roots', { description: 'Lists the client roots' }, async (extra) => text(`Roots: ${await roots(extra)}`));
+  server.registerTool('everything', { description: 'Elicit + sample + roots at once' }, async (extra) => {
+    const [n, s, r] = await Promise.all([askName(extra, 'Name?'), sample(extra, 'everything'), roots(extra)]);
+    return text(`name=${n} sample=${s} roots=${r}`);
+  });
+  server.registerTool('twice', { description: 'Elicits twice in sequence' }, async (extra) => {
+    const a = await askName(extra, 'First name?');
+    const b = await askName(extra, 'Second name?');
+    return text(`${a} and ${b}`);
+  });
+  server.registerTool('adaptive', { description: 'Elicits if the client can, samples otherwise' }, async (extra) => {
+    const caps = raw.getClientCapabilities();
+    if (caps?.elicitation) return text(`elicited ${await askName(extra, 'Name?')}`);
+    return text(`sampled ${await sample(extra, 'adaptive')}`);
+  });
+  server.registerPrompt('greeting', { description: 'Asks who to greet' }, async (extra) => ({
+    messages: [{ role: 'user', content: { type: 'text', text: `Please greet ${await askName(extra, 'Who should be greeted?')}.` } }],
+  }));
+  server.registerPrompt('plain_prompt', { description: 'No input needed', argsSchema: { topic: z.string() } }, async ({ topic }) => ({
+    messages: [{ role: 'user', content: { type: 'text', text: `Tell me about ${topic}.` } }],
+  }));
+  server.registerResource('motd', 'data://motd', { mimeType: 'text/plain' }, async (uri) => ({
+    contents: [{ uri: uri.href, mimeType: 'text/plain', text: 'Have a nice day' }],
+  }));
+  server.registerResource('secret', new ResourceTemplate('data://secret/{who}', { list: undefined }), { mimeType: 'text/plain' }, async (uri, { who }, extra) => ({
+    contents: [{ uri: uri.href, mimeType: 'text/plain', text: `secret of ${who} for ${await askName(extra, 'Who is asking?')}` }],
+  }));
+  return server;
+}
+
+const app = express();
+app.use(express.json());
+const transports = new Map();
+
+app.post('/mcp', async (req, res) => {
+  const sid = req.headers['mcp-session-id'];
+  let transport = sid ? transports.get(sid) : undefined;
+  if (!transport) {
+    if (sid || !isInitializeRequest(req.body)) {
+      res.status(400).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: No valid session ID provided' }, id: null });
+      return;
+    }
+    transport = new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => transports.set(id, transport),
+    });
+    transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
+    await build().connect(transport);
+  }
+  await transport.handleRequest(req, res, req.body);
+});
+const session = async (req, res) => {
+  const transport = transports.get(req.headers['mcp-session-id']);
+  if (!transport) {
+    res.status(400).send('Invalid or missing session ID');
+    return;
+  }
+  await transport.handleRequest(req, res);
+};
+app.get('/mcp', session);
+app.delete('/mcp', session);
+
+const listener = app.listen(0, '127.0.0.1', () => console.log(`READY ${listener.address().port}`));
