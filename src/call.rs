@@ -26,6 +26,7 @@ use crate::body::{full, Body, ChannelBody};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
+use crate::metrics::Metrics;
 use crate::parked::{ParkGuard, Resume};
 use crate::rewrite::{self, RewriteCtx};
 use crate::server::App;
@@ -96,9 +97,21 @@ impl Outcome {
 }
 
 /// A new leg and the receiver the front answers the client from.
-pub fn leg(id: Box<RawValue>, progress_token: Option<Value>, log_level: Option<String>) -> (Leg, mpsc::Receiver<LegEvent>) {
+pub fn leg(
+    id: Box<RawValue>,
+    progress_token: Option<Value>,
+    log_level: Option<String>,
+) -> (Leg, mpsc::Receiver<LegEvent>) {
     let (tx, rx) = mpsc::channel(64);
-    (Leg { id, tx, progress_token, log_level }, rx)
+    (
+        Leg {
+            id,
+            tx,
+            progress_token,
+            log_level,
+        },
+        rx,
+    )
 }
 
 /// Starts the actor for a fresh call.
@@ -167,7 +180,10 @@ pub async fn respond(mut rx: mpsc::Receiver<LegEvent>, keepalive: Duration) -> R
     });
     let mut resp = Response::new(body);
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
@@ -176,9 +192,13 @@ pub async fn respond(mut rx: mpsc::Receiver<LegEvent>, keepalive: Duration) -> R
 fn json_response(out: Outcome) -> Response<Body> {
     let mut resp = Response::new(full(out.body));
     *resp.status_mut() = out.status;
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if out.retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     }
     resp
 }
@@ -266,10 +286,13 @@ impl Call {
                 Event::Resume(Some(r)) => self.resume(r).await,
                 Event::Resume(None) => Step::Stop,
                 Event::Expired => {
+                    Metrics::inc(&self.app.metrics.expired);
                     if let Some(p) = &mut self.park {
-                        p.guard.set_reason("the call expired before the client answered");
+                        p.guard
+                            .set_reason("the call expired before the client answered");
                     }
-                    self.cancel_upstream("the client did not answer in time").await;
+                    self.cancel_upstream("the client did not answer in time")
+                        .await;
                     Step::Stop
                 }
             };
@@ -303,12 +326,26 @@ impl Call {
     async fn send_upstream_request(&mut self) -> Result<(), ProxyError> {
         for attempt in 0..2 {
             if self.lease.is_none() {
-                let lease = self.app.pool.lease(&self.spec.principal, &self.spec.capabilities, self.spec.auth.clone()).await?;
+                let lease = self
+                    .app
+                    .pool
+                    .lease(
+                        &self.spec.principal,
+                        &self.spec.capabilities,
+                        self.spec.auth.clone(),
+                    )
+                    .await?;
                 lease.session().set_inbox(Some(self.inbox_tx.clone()));
                 self.lease = Some(lease);
             }
-            let Some(lease) = self.lease.as_mut() else { continue };
-            match lease.session().request(&self.spec.method, &self.spec.upstream_params).await {
+            let Some(lease) = self.lease.as_mut() else {
+                continue;
+            };
+            match lease
+                .session()
+                .request(&self.spec.method, &self.spec.upstream_params)
+                .await
+            {
                 Ok((id, stream)) => {
                     self.upstream_id = id;
                     self.stream = Some(stream);
@@ -331,7 +368,12 @@ impl Call {
             return Step::Continue;
         };
         match msg.kind() {
-            Ok(Kind::Response) if msg.id.as_ref().is_some_and(|id| id_is(id, self.upstream_id)) => {
+            Ok(Kind::Response)
+                if msg
+                    .id
+                    .as_ref()
+                    .is_some_and(|id| id_is(id, self.upstream_id)) =>
+            {
                 self.stream = None;
                 self.on_final(msg).await
             }
@@ -347,7 +389,12 @@ impl Call {
     async fn on_final(&mut self, msg: Message) -> Step {
         if let Some(err) = &msg.error {
             if err.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED && self.spec.input_capable {
-                if let Some(list) = err.data.as_ref().and_then(|d| d.get("elicitations")).and_then(Value::as_array) {
+                if let Some(list) = err
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get("elicitations"))
+                    .and_then(Value::as_array)
+                {
                     for e in list.clone() {
                         self.add_pending(InputKind::Elicitation, None, Some(&e));
                     }
@@ -374,18 +421,39 @@ impl Call {
     fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
         if let Some(err) = msg.error {
             let err = rewrite::rewrite_error(err);
-            let status = if err.code == jsonrpc::METHOD_NOT_FOUND { StatusCode::NOT_FOUND } else { StatusCode::OK };
-            return Outcome { status, body: Bytes::from(jsonrpc::error_bytes(Some(id), &err)), retry_after: false };
+            let status = if err.code == jsonrpc::METHOD_NOT_FOUND {
+                StatusCode::NOT_FOUND
+            } else {
+                StatusCode::OK
+            };
+            return Outcome {
+                status,
+                body: Bytes::from(jsonrpc::error_bytes(Some(id), &err)),
+                retry_after: false,
+            };
         }
         let raw = msg.result.as_ref().map_or("{}", |r| r.get());
-        let info = self.lease.as_ref().and_then(|l| l.session().init_result().get("serverInfo"));
-        let ctx = RewriteCtx { server_info: info, ttl_ms: self.app.config.cache_ttl_ms, scope: self.app.config.cache_scope };
+        let info = self
+            .lease
+            .as_ref()
+            .and_then(|l| l.session().init_result().get("serverInfo"));
+        let ctx = RewriteCtx {
+            server_info: info,
+            ttl_ms: self.app.config.cache_ttl_ms,
+            scope: self.app.config.cache_scope,
+        };
         let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
-        Outcome { status: StatusCode::OK, body: Bytes::from(jsonrpc::response_bytes(id, &result)), retry_after: false }
+        Outcome {
+            status: StatusCode::OK,
+            body: Bytes::from(jsonrpc::response_bytes(id, &result)),
+            retry_after: false,
+        }
     }
 
     async fn on_server_request(&mut self, msg: Message) -> Step {
-        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else { return Step::Continue };
+        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else {
+            return Step::Continue;
+        };
         let method = msg.method().to_owned();
         let kind = InputKind::from_method(&method);
         let Some(kind) = kind.filter(|_| self.spec.input_capable) else {
@@ -393,15 +461,22 @@ impl Call {
             return Step::Continue;
         };
         let params = msg.params_value().ok().filter(|p| !p.is_null());
-        if let Err(required) = input::check_capability(kind, params.as_ref(), &self.spec.capabilities) {
-            let id = msg.id.as_ref().map(|i| i.get().to_owned()).unwrap_or_default();
+        if let Err(required) =
+            input::check_capability(kind, params.as_ref(), &self.spec.capabilities)
+        {
+            let id = msg
+                .id
+                .as_ref()
+                .map(|i| i.get().to_owned())
+                .unwrap_or_default();
             let refusal = ErrorObject {
                 code: jsonrpc::INVALID_PARAMS,
                 message: "the client did not declare this capability".into(),
                 data: None,
             };
             let _ = session.answer(&id, Err(&refusal)).await;
-            self.cancel_upstream("the client lacks a required capability").await;
+            self.cancel_upstream("the client lacks a required capability")
+                .await;
             return self.fail(ProxyError::MissingCapability { required }).await;
         }
         let id = msg.id.as_ref().map(|i| i.get().to_owned());
@@ -412,45 +487,85 @@ impl Call {
         Step::Continue
     }
 
-    fn add_pending(&mut self, kind: InputKind, upstream_id: Option<String>, params: Option<&Value>) {
+    fn add_pending(
+        &mut self,
+        kind: InputKind,
+        upstream_id: Option<String>,
+        params: Option<&Value>,
+    ) {
         let (embedded, _elicitation_id) = input::to_embedded(kind, params);
         self.key_counter += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.key_counter);
-        self.pending.push(Pending { key, kind, upstream_id, embedded });
+        self.pending.push(Pending {
+            key,
+            kind,
+            upstream_id,
+            embedded,
+        });
     }
 
     async fn on_notification(&mut self, msg: &Message) {
         match msg.method() {
             "notifications/progress" => {
                 let Some(leg) = &self.leg else { return };
-                let Some(token) = &leg.progress_token else { return };
-                let Ok(mut params) = msg.params_value() else { return };
+                let Some(token) = &leg.progress_token else {
+                    return;
+                };
+                let Ok(mut params) = msg.params_value() else {
+                    return;
+                };
                 // A retry may carry another token than the upstream knows: speak the leg's.
                 params["progressToken"] = token.clone();
-                let _ = leg.tx.send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(msg.method(), &params)))).await;
+                let _ = leg
+                    .tx
+                    .send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(
+                        msg.method(),
+                        &params,
+                    ))))
+                    .await;
             }
             "notifications/message" => {
                 let Some(leg) = &self.leg else { return };
-                let Some(threshold) = leg.log_level.as_deref() else { return };
-                let Ok(params) = msg.params_value() else { return };
-                let level = params.get("level").and_then(Value::as_str).unwrap_or("info");
+                let Some(threshold) = leg.log_level.as_deref() else {
+                    return;
+                };
+                let Ok(params) = msg.params_value() else {
+                    return;
+                };
+                let level = params
+                    .get("level")
+                    .and_then(Value::as_str)
+                    .unwrap_or("info");
                 if severity(level) >= severity(threshold) {
-                    let _ = leg.tx.send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(msg.method(), &params)))).await;
+                    let _ = leg
+                        .tx
+                        .send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(
+                            msg.method(),
+                            &params,
+                        ))))
+                        .await;
                 }
             }
             // The upstream gave up on one of its own requests (TS SDK: after 60 s).
             "notifications/cancelled" => {
-                let Ok(params) = msg.params_value() else { return };
-                let Some(rid) = params.get("requestId") else { return };
+                let Ok(params) = msg.params_value() else {
+                    return;
+                };
+                let Some(rid) = params.get("requestId") else {
+                    return;
+                };
                 let rid = rid.to_string();
-                self.pending.retain(|p| p.upstream_id.as_deref() != Some(rid.as_str()));
+                self.pending
+                    .retain(|p| p.upstream_id.as_deref() != Some(rid.as_str()));
             }
             _ => {}
         }
     }
 
     async fn park_round(&mut self) -> Step {
-        let Some(leg) = self.leg.take() else { return Step::Continue };
+        let Some(leg) = self.leg.take() else {
+            return Step::Continue;
+        };
         if self.pending.is_empty() {
             self.leg = Some(leg);
             return Step::Continue;
@@ -458,19 +573,40 @@ impl Call {
         if self.park.is_none() {
             let (tx, commands) = mpsc::channel(1);
             let handle = random_id(16);
-            match self.app.parked.register(handle, &self.spec.principal, &self.spec.request_digest, tx) {
-                Ok(guard) => self.park = Some(Parking { guard, commands, deadline: Instant::now(), round: 0 }),
+            match self.app.parked.register(
+                handle,
+                &self.spec.principal,
+                &self.spec.request_digest,
+                tx,
+            ) {
+                Ok(guard) => {
+                    self.park = Some(Parking {
+                        guard,
+                        commands,
+                        deadline: Instant::now(),
+                        round: 0,
+                    })
+                }
                 Err(e) => {
                     self.leg = Some(leg);
-                    self.cancel_upstream("the proxy is at its parked-call limit").await;
+                    self.cancel_upstream("the proxy is at its parked-call limit")
+                        .await;
                     return self.fail(e).await;
                 }
             }
         }
-        let Some(park) = self.park.as_mut() else { return Step::Stop };
+        let Some(park) = self.park.as_mut() else {
+            return Step::Stop;
+        };
         park.round += 1;
         let tokens = &self.app.tokens;
-        let claims = tokens.claims(park.guard.handle(), &self.spec.principal, &self.spec.request_digest, park.round, SystemTime::now());
+        let claims = tokens.claims(
+            park.guard.handle(),
+            &self.spec.principal,
+            &self.spec.request_digest,
+            park.round,
+            SystemTime::now(),
+        );
         let token = match tokens.sign(&claims) {
             Ok(t) => t,
             Err(e) => {
@@ -478,25 +614,51 @@ impl Call {
                 return self.fail(ProxyError::Internal(e.to_string())).await;
             }
         };
-        park.guard.open_round(&claims.jti, self.pending.iter().map(|p| (p.key.clone(), p.kind)).collect());
+        park.guard.open_round(
+            &claims.jti,
+            self.pending
+                .iter()
+                .map(|p| (p.key.clone(), p.kind))
+                .collect(),
+        );
         park.deadline = Instant::now() + tokens.ttl();
-        let requests: Map<String, Value> = self.pending.iter().map(|p| (p.key.clone(), p.embedded.clone())).collect();
+        let requests: Map<String, Value> = self
+            .pending
+            .iter()
+            .map(|p| (p.key.clone(), p.embedded.clone()))
+            .collect();
         let result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": token});
         let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
         tracing::debug!(round = park.round, keys = self.pending.len(), "parked call");
-        let _ = leg.tx.send(LegEvent::Done(Outcome { status: StatusCode::OK, body: Bytes::from(body), retry_after: false })).await;
+        Metrics::inc(&self.app.metrics.rounds);
+        self.app.metrics.input_requests.fetch_add(
+            self.pending.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        let _ = leg
+            .tx
+            .send(LegEvent::Done(Outcome {
+                status: StatusCode::OK,
+                body: Bytes::from(body),
+                retry_after: false,
+            }))
+            .await;
         Step::Continue
     }
 
     async fn resume(&mut self, r: Resume) -> Step {
         self.leg = Some(r.leg);
         if let Some(msg) = self.held_final.take() {
-            let Some(leg) = self.leg.take() else { return Step::Stop };
+            let Some(leg) = self.leg.take() else {
+                return Step::Stop;
+            };
             let out = self.final_outcome(msg, &leg.id);
             let _ = leg.tx.send(LegEvent::Done(out)).await;
             return Step::Stop;
         }
-        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else { return Step::Stop };
+        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else {
+            return Step::Stop;
+        };
         let mut still = Vec::new();
         for p in std::mem::take(&mut self.pending) {
             let Some(answer) = r.answers.get(&p.key) else {
@@ -531,7 +693,10 @@ impl Call {
     async fn fail(&mut self, err: ProxyError) -> Step {
         match self.leg.take() {
             Some(leg) => {
-                let _ = leg.tx.send(LegEvent::Done(Outcome::error(&err, &leg.id))).await;
+                let _ = leg
+                    .tx
+                    .send(LegEvent::Done(Outcome::error(&err, &leg.id)))
+                    .await;
                 if let Some(l) = self.lease.as_mut() {
                     l.poison();
                 }
@@ -540,7 +705,8 @@ impl Call {
             None => {
                 // Parked and the upstream died: the entry goes, a late retry learns why.
                 if let Some(p) = &mut self.park {
-                    p.guard.set_reason(format!("the upstream call failed ({err})"));
+                    p.guard
+                        .set_reason(format!("the upstream call failed ({err})"));
                 }
                 if let Some(l) = self.lease.as_mut() {
                     l.poison();
@@ -553,7 +719,9 @@ impl Call {
     /// Abandons the upstream call: pending server requests get a cancel answer, then
     /// `notifications/cancelled`; the session is not reused.
     async fn cancel_upstream(&mut self, reason: &str) {
-        let Some(lease) = self.lease.as_mut() else { return };
+        let Some(lease) = self.lease.as_mut() else {
+            return;
+        };
         lease.poison();
         let session = Arc::clone(lease.session());
         for p in std::mem::take(&mut self.pending) {
@@ -561,7 +729,11 @@ impl Call {
             let res = match input::cancel_answer(p.kind) {
                 Some(a) => session.answer(&id, Ok(&a.to_string())).await,
                 None => {
-                    let e = ErrorObject { code: jsonrpc::INTERNAL_ERROR, message: reason.to_owned(), data: None };
+                    let e = ErrorObject {
+                        code: jsonrpc::INTERNAL_ERROR,
+                        message: reason.to_owned(),
+                        data: None,
+                    };
                     session.answer(&id, Err(&e)).await
                 }
             };

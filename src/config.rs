@@ -248,26 +248,41 @@ impl Config {
         }
         let upstream = parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?;
         let principal_header = u.principal_header.as_deref().unwrap_or("authorization");
-        let principal_header = http::HeaderName::from_bytes(principal_header.to_ascii_lowercase().as_bytes())
-            .map_err(|e| invalid("upstream.principal_header", e))?;
+        let principal_header =
+            http::HeaderName::from_bytes(principal_header.to_ascii_lowercase().as_bytes())
+                .map_err(|e| invalid("upstream.principal_header", e))?;
         let default_roots = u
             .default_roots
             .into_iter()
             .map(|v| serde_json::to_value(v).map_err(|e| invalid("upstream.default_roots", e)))
             .collect::<Result<Vec<_>, _>>()?;
-        if default_roots.iter().any(|r| r.get("uri").and_then(|u| u.as_str()).is_none()) {
-            return Err(invalid("upstream.default_roots", "every root needs a `uri` string"));
+        if default_roots
+            .iter()
+            .any(|r| r.get("uri").and_then(|u| u.as_str()).is_none())
+        {
+            return Err(invalid(
+                "upstream.default_roots",
+                "every root needs a `uri` string",
+            ));
         }
         let state_secret = match st.secret {
             Some(sec) if sec.len() < MIN_SECRET_BYTES => {
-                return Err(invalid("state.secret", format!("must be at least {MIN_SECRET_BYTES} bytes")))
+                return Err(invalid(
+                    "state.secret",
+                    format!("must be at least {MIN_SECRET_BYTES} bytes"),
+                ))
             }
             other => other.map(Secret::new),
         };
         let cache_scope = match r.cache_scope.as_deref().unwrap_or("private") {
             "private" => CacheScope::Private,
             "public" => CacheScope::Public,
-            other => return Err(invalid("results.cache_scope", format!("`{other}` is not public or private"))),
+            other => {
+                return Err(invalid(
+                    "results.cache_scope",
+                    format!("`{other}` is not public or private"),
+                ))
+            }
         };
         let state_ttl = dur("state.ttl", st.ttl.as_deref(), "5m")?;
         if state_ttl.is_zero() {
@@ -282,20 +297,34 @@ impl Config {
             max_connections: positive("server.max_connections", s.max_connections, 1024)?,
             shutdown_grace: dur("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
             upstream,
-            upstream_protocol_version: u.protocol_version.unwrap_or_else(|| "2025-11-25".to_owned()),
+            upstream_protocol_version: u
+                .protocol_version
+                .unwrap_or_else(|| "2025-11-25".to_owned()),
             upstream_timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "30s")?,
-            max_sse_event_bytes: size("upstream.max_sse_event", u.max_sse_event.as_deref(), "8MiB")?,
+            max_sse_event_bytes: size(
+                "upstream.max_sse_event",
+                u.max_sse_event.as_deref(),
+                "8MiB",
+            )?,
             principal_header,
             default_roots,
             max_sessions: positive("pool.max_sessions", p.max_sessions, 256)?,
             session_idle: nonzero_dur("pool.idle_timeout", p.idle_timeout.as_deref(), "5m")?,
-            session_acquire_timeout: dur("pool.acquire_timeout", p.acquire_timeout.as_deref(), "10s")?,
+            session_acquire_timeout: dur(
+                "pool.acquire_timeout",
+                p.acquire_timeout.as_deref(),
+                "10s",
+            )?,
             state_ttl,
             state_secret,
             instance_id: st.instance_id,
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "25ms")?,
             max_parked: positive("state.max_parked", st.max_parked, 10_000)?,
-            max_parked_per_principal: positive("state.max_parked_per_principal", st.max_parked_per_principal, 100)?,
+            max_parked_per_principal: positive(
+                "state.max_parked_per_principal",
+                st.max_parked_per_principal,
+                100,
+            )?,
             cache_ttl_ms: r.ttl_ms.unwrap_or(0),
             cache_scope,
         })
@@ -323,7 +352,10 @@ pub fn parse_upstream(url: &str) -> Result<Uri, ConfigError> {
 }
 
 fn invalid(key: &'static str, reason: impl fmt::Display) -> ConfigError {
-    ConfigError::Invalid { key, reason: reason.to_string() }
+    ConfigError::Invalid {
+        key,
+        reason: reason.to_string(),
+    }
 }
 
 fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
@@ -360,7 +392,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration like 250ms, 30s, 5m, 1h"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration like 250ms, 30s, 5m, 1h"))?;
     let d = match unit.trim() {
         "ms" => Duration::from_millis(n),
         "" | "s" => Duration::from_secs(n),
@@ -379,15 +413,22 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("`{s}` is not a size like 64KiB or 4MiB"))?;
+    let n: usize = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size like 64KiB or 4MiB"))?;
     let mult = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" | "kb" | "kib" => 1 << 10,
         "m" | "mb" | "mib" => 1 << 20,
         "g" | "gb" | "gib" => 1 << 30,
-        _ => return Err(format!("`{s}` has an unknown unit (use B, KiB, MiB or GiB)")),
+        _ => {
+            return Err(format!(
+                "`{s}` has an unknown unit (use B, KiB, MiB or GiB)"
+            ))
+        }
     };
-    n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))
 }
 
 #[cfg(test)]
@@ -422,9 +463,18 @@ mod tests {
         let mut seen = 0;
         for (name, text) in fixtures("invalid") {
             // Each invalid fixture's first line is `# key: <the key the error must name>`.
-            let key = text.lines().next().and_then(|l| l.strip_prefix("# key: ")).unwrap().trim().to_owned();
+            let key = text
+                .lines()
+                .next()
+                .and_then(|l| l.strip_prefix("# key: "))
+                .unwrap()
+                .trim()
+                .to_owned();
             let err = Config::from_toml_str(&text).expect_err(&name).to_string();
-            assert!(err.contains(&key), "{name}: error `{err}` does not name `{key}`");
+            assert!(
+                err.contains(&key),
+                "{name}: error `{err}` does not name `{key}`"
+            );
             seen += 1;
         }
         assert!(seen >= 5);
@@ -450,12 +500,17 @@ mod tests {
     }
 
     fn fixtures(kind: &str) -> Vec<(String, String)> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config").join(kind);
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/config")
+            .join(kind);
         let mut out: Vec<_> = std::fs::read_dir(dir)
             .unwrap()
             .map(|e| {
                 let p = e.unwrap().path();
-                (p.display().to_string(), std::fs::read_to_string(&p).unwrap())
+                (
+                    p.display().to_string(),
+                    std::fs::read_to_string(&p).unwrap(),
+                )
             })
             .collect();
         out.sort();

@@ -21,11 +21,20 @@ use upstream::DemoUpstream;
 ///
 /// # Errors
 /// A message saying which step of the walkthrough failed.
-pub async fn run(mut config: Config, listen: Option<SocketAddr>, once: bool, shutdown: impl std::future::Future<Output = ()>) -> Result<(), String> {
-    let up = DemoUpstream::start().await.map_err(|e| format!("demo upstream: {e}"))?;
+pub async fn run(
+    mut config: Config,
+    listen: Option<SocketAddr>,
+    once: bool,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), String> {
+    let up = DemoUpstream::start()
+        .await
+        .map_err(|e| format!("demo upstream: {e}"))?;
     config.upstream = crate::config::parse_upstream(&up.url()).map_err(|e| e.to_string())?;
     let addr = listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
-    let listener = TcpListener::bind(addr).await.map_err(|e| format!("bind {addr}: {e}"))?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("bind {addr}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let app = App::new(config);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -33,14 +42,19 @@ pub async fn run(mut config: Config, listen: Option<SocketAddr>, once: bool, shu
         let _ = stop_rx.await;
     }));
     let url = format!("http://{addr}/mcp");
-    say(&format!("legacy demo server (2025-11-25) at {}\nmrtr-proxy (2026-07-28 front) at {url}\n", up.url()));
+    say(&format!(
+        "legacy demo server (2025-11-25) at {}\nmrtr-proxy (2026-07-28 front) at {url}\n",
+        up.url()
+    ));
     let outcome = walkthrough(&url).await;
     match &outcome {
         Ok(()) => say("walkthrough complete: every step passed\n"),
         Err(e) => say(&format!("walkthrough FAILED: {e}\n")),
     }
     if !once && outcome.is_ok() {
-        say(&format!("serving on {url} (Ctrl-C to stop); try a modern client pinned to 2026-07-28\n"));
+        say(&format!(
+            "serving on {url} (Ctrl-C to stop); try a modern client pinned to 2026-07-28\n"
+        ));
         shutdown.await;
     }
     let _ = stop_tx.send(());
@@ -56,18 +70,36 @@ fn say(s: &str) {
 
 fn show(dir: &str, v: &Value) {
     let text = serde_json::to_string(v).unwrap_or_default();
-    let short = if text.len() > 400 { format!("{}…", &text[..text.char_indices().take(400).last().map_or(0, |(i, _)| i)]) } else { text };
+    let short = if text.len() > 400 {
+        format!(
+            "{}…",
+            &text[..text.char_indices().take(400).last().map_or(0, |(i, _)| i)]
+        )
+    } else {
+        text
+    };
     say(&format!("  {dir} {short}\n"));
 }
 
-async fn step(client: &ModernClient, title: &str, method: &str, params: Value) -> Result<Exchange, String> {
+async fn step(
+    client: &ModernClient,
+    title: &str,
+    method: &str,
+    params: Value,
+) -> Result<Exchange, String> {
     say(&format!("\n== {title}\n"));
     show("→", &json!({"method": method, "params": params}));
-    let ex = client.request(method, params).await.map_err(|e| format!("{title}: {e}"))?;
+    let ex = client
+        .request(method, params)
+        .await
+        .map_err(|e| format!("{title}: {e}"))?;
     for n in &ex.notifications {
         show("← (notification)", n);
     }
-    show(&format!("← [{} {}]", ex.status.as_u16(), ex.content_type), &ex.last);
+    show(
+        &format!("← [{} {}]", ex.status.as_u16(), ex.content_type),
+        &ex.last,
+    );
     if ex.last.get("error").is_some() {
         return Err(format!("{title}: got an error"));
     }
@@ -75,25 +107,49 @@ async fn step(client: &ModernClient, title: &str, method: &str, params: Value) -
 }
 
 async fn walkthrough(url: &str) -> Result<(), String> {
-    let client = ModernClient::new(url, json!({"elicitation": {"form": {}}, "sampling": {}, "roots": {}}));
+    let client = ModernClient::new(
+        url,
+        json!({"elicitation": {"form": {}}, "sampling": {}, "roots": {}}),
+    );
     let d = step(&client, "server/discover", "server/discover", json!({})).await?;
-    if !d.result()["supportedVersions"].as_array().is_some_and(|v| v.iter().any(|x| x == "2026-07-28")) {
+    if !d.result()["supportedVersions"]
+        .as_array()
+        .is_some_and(|v| v.iter().any(|x| x == "2026-07-28"))
+    {
         return Err("discover does not list 2026-07-28".into());
     }
     step(&client, "tools/list", "tools/list", json!({})).await?;
-    let e = step(&client, "a plain call", "tools/call", json!({"name":"echo","arguments":{"text":"hello"}})).await?;
+    let e = step(
+        &client,
+        "a plain call",
+        "tools/call",
+        json!({"name":"echo","arguments":{"text":"hello"}}),
+    )
+    .await?;
     expect_text(&e, "hello")?;
     let mut p = json!({"name":"progress","arguments":{"steps":3}});
     p["_meta"] = json!({"progressToken": "p1"});
     step(&client, "a call with progress", "tools/call", p).await?;
 
     let params = json!({"name":"ask_name","arguments":{}});
-    let r1 = step(&client, "an elicitation round: the upstream asks mid-call", "tools/call", params.clone()).await?;
+    let r1 = step(
+        &client,
+        "an elicitation round: the upstream asks mid-call",
+        "tools/call",
+        params.clone(),
+    )
+    .await?;
     let (key, state) = first_round(&r1)?;
     let mut retry = params.clone();
     retry["inputResponses"] = json!({ key.clone(): {"action":"accept","content":{"name":"Ada"}} });
     retry["requestState"] = Value::String(state);
-    let r2 = step(&client, "the retry answers it; the parked upstream call resumes", "tools/call", retry).await?;
+    let r2 = step(
+        &client,
+        "the retry answers it; the parked upstream call resumes",
+        "tools/call",
+        retry,
+    )
+    .await?;
     expect_text(&r2, "Hello, Ada!")?;
 
     let params = json!({"name":"summarize","arguments":{"text":"a long story"}});
@@ -102,7 +158,13 @@ async fn walkthrough(url: &str) -> Result<(), String> {
     let mut retry = params.clone();
     retry["inputResponses"] = json!({ key: {"role":"assistant","content":{"type":"text","text":"short story"},"model":"demo-model"} });
     retry["requestState"] = Value::String(state);
-    let r2 = step(&client, "the retry carries the sampled message", "tools/call", retry).await?;
+    let r2 = step(
+        &client,
+        "the retry carries the sampled message",
+        "tools/call",
+        retry,
+    )
+    .await?;
     expect_text(&r2, "Summary: short story")
 }
 
@@ -111,8 +173,14 @@ fn first_round(ex: &Exchange) -> Result<(String, String), String> {
     if r["resultType"] != "input_required" {
         return Err("expected input_required".into());
     }
-    let key = r["inputRequests"].as_object().and_then(|m| m.keys().next().cloned()).ok_or("no inputRequests")?;
-    let state = r["requestState"].as_str().ok_or("no requestState")?.to_owned();
+    let key = r["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .ok_or("no inputRequests")?;
+    let state = r["requestState"]
+        .as_str()
+        .ok_or("no requestState")?
+        .to_owned();
     Ok((key, state))
 }
 

@@ -122,13 +122,16 @@ impl ProxyError {
     pub fn to_error_object(&self) -> ErrorObject {
         let (code, data) = match self {
             Self::Parse(_) => (jsonrpc::PARSE_ERROR, None),
-            Self::InvalidRequest(_) | Self::BodyTooLarge { .. } | Self::Forbidden | Self::MethodNotAllowed => {
-                (jsonrpc::INVALID_REQUEST, None)
-            }
+            Self::InvalidRequest(_)
+            | Self::BodyTooLarge { .. }
+            | Self::Forbidden
+            | Self::MethodNotAllowed => (jsonrpc::INVALID_REQUEST, None),
             Self::HeaderMismatch(_) => (jsonrpc::HEADER_MISMATCH, None),
             Self::UnsupportedVersion { requested } => (
                 jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
-                Some(serde_json::json!({"supported": [crate::front::MODERN_VERSION], "requested": requested})),
+                Some(
+                    serde_json::json!({"supported": [crate::front::MODERN_VERSION], "requested": requested}),
+                ),
             ),
             Self::InvalidParams(_) | Self::State(_) => (jsonrpc::INVALID_PARAMS, None),
             Self::MethodNotFound(_) => (jsonrpc::METHOD_NOT_FOUND, None),
@@ -143,7 +146,11 @@ impl ProxyError {
             Self::Internal(_) => "internal error".to_owned(),
             other => other.to_string(),
         };
-        ErrorObject { code, message, data }
+        ErrorObject {
+            code,
+            message,
+            data,
+        }
     }
 
     /// The client-facing JSON-RPC error message bytes for request `id`.
@@ -155,9 +162,13 @@ impl ProxyError {
     pub fn into_response(self, id: Option<&RawValue>) -> Response<Body> {
         let mut resp = Response::new(full(self.to_body_bytes(id)));
         *resp.status_mut() = self.status();
-        resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         if matches!(self, Self::Overloaded(_)) {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }
@@ -169,15 +180,28 @@ mod tests {
 
     #[test]
     fn statuses_follow_the_spec() {
-        assert_eq!(ProxyError::MethodNotFound("ping".into()).status(), StatusCode::NOT_FOUND);
-        assert_eq!(ProxyError::HeaderMismatch("x".into()).status(), StatusCode::BAD_REQUEST);
-        let e = ProxyError::UnsupportedVersion { requested: "1900-01-01".into() };
+        assert_eq!(
+            ProxyError::MethodNotFound("ping".into()).status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ProxyError::HeaderMismatch("x".into()).status(),
+            StatusCode::BAD_REQUEST
+        );
+        let e = ProxyError::UnsupportedVersion {
+            requested: "1900-01-01".into(),
+        };
         let o = e.to_error_object();
         assert_eq!(o.code, -32022);
         assert_eq!(o.data.unwrap()["requested"], "1900-01-01");
-        let e = ProxyError::MissingCapability { required: serde_json::json!({"elicitation":{}}) };
+        let e = ProxyError::MissingCapability {
+            required: serde_json::json!({"elicitation":{}}),
+        };
         assert_eq!(e.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(e.to_error_object().data.unwrap()["requiredCapabilities"]["elicitation"], serde_json::json!({}));
+        assert_eq!(
+            e.to_error_object().data.unwrap()["requiredCapabilities"]["elicitation"],
+            serde_json::json!({})
+        );
         let r = ProxyError::Overloaded("full".into()).into_response(None);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert!(r.headers().contains_key(header::RETRY_AFTER));

@@ -90,10 +90,16 @@ pub fn route(method: &str) -> Result<Route, ProxyError> {
     match method {
         "server/discover" => Ok(Route::Discover),
         "subscriptions/listen" => Ok(Route::Listen),
-        "tools/call" | "prompts/get" | "resources/read" => Ok(Route::Forward { input_capable: true }),
-        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "completion/complete" => {
-            Ok(Route::Forward { input_capable: false })
-        }
+        "tools/call" | "prompts/get" | "resources/read" => Ok(Route::Forward {
+            input_capable: true,
+        }),
+        "tools/list"
+        | "prompts/list"
+        | "resources/list"
+        | "resources/templates/list"
+        | "completion/complete" => Ok(Route::Forward {
+            input_capable: false,
+        }),
         other => Err(ProxyError::MethodNotFound(other.to_owned())),
     }
 }
@@ -104,9 +110,15 @@ pub fn route(method: &str) -> Result<Route, ProxyError> {
 /// -32602 for missing `_meta` fields, -32022 for another version, -32020 for header mismatches,
 /// -32601 for unknown or removed methods.
 pub fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, ProxyError> {
-    let id = msg.id.clone().ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
+    let id = msg
+        .id
+        .clone()
+        .ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
     let method = msg.method().to_owned();
-    let params = match msg.params_value().map_err(|e| ProxyError::Parse(e.to_string()))? {
+    let params = match msg
+        .params_value()
+        .map_err(|e| ProxyError::Parse(e.to_string()))?
+    {
         Value::Object(m) => m,
         Value::Null => Map::new(),
         _ => return Err(ProxyError::InvalidParams("params must be an object".into())),
@@ -117,37 +129,82 @@ pub fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, Prox
         .and_then(Value::as_str)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
     if body_version != MODERN_VERSION {
-        return Err(ProxyError::UnsupportedVersion { requested: body_version.to_owned() });
+        return Err(ProxyError::UnsupportedVersion {
+            requested: body_version.to_owned(),
+        });
     }
     match header_str(headers, "mcp-protocol-version") {
         Some(v) if v == body_version => {}
-        Some(_) => return Err(ProxyError::HeaderMismatch("MCP-Protocol-Version does not match the body".into())),
-        None => return Err(ProxyError::HeaderMismatch("missing MCP-Protocol-Version header".into())),
+        Some(_) => {
+            return Err(ProxyError::HeaderMismatch(
+                "MCP-Protocol-Version does not match the body".into(),
+            ))
+        }
+        None => {
+            return Err(ProxyError::HeaderMismatch(
+                "missing MCP-Protocol-Version header".into(),
+            ))
+        }
     }
     match header_str(headers, "mcp-method") {
         Some(m) if m == method => {}
-        Some(_) => return Err(ProxyError::HeaderMismatch("Mcp-Method does not match the body".into())),
-        None => return Err(ProxyError::HeaderMismatch("missing Mcp-Method header".into())),
+        Some(_) => {
+            return Err(ProxyError::HeaderMismatch(
+                "Mcp-Method does not match the body".into(),
+            ))
+        }
+        None => {
+            return Err(ProxyError::HeaderMismatch(
+                "missing Mcp-Method header".into(),
+            ))
+        }
     }
     if let Some(target) = target_of(&method, &params) {
-        match headers.get("mcp-name").map(|v| decode_header_value(v.as_bytes())) {
+        match headers
+            .get("mcp-name")
+            .map(|v| decode_header_value(v.as_bytes()))
+        {
             Some(Some(n)) if n == target => {}
-            Some(_) => return Err(ProxyError::HeaderMismatch("Mcp-Name does not match the body".into())),
+            Some(_) => {
+                return Err(ProxyError::HeaderMismatch(
+                    "Mcp-Name does not match the body".into(),
+                ))
+            }
             None => return Err(ProxyError::HeaderMismatch("missing Mcp-Name header".into())),
         }
-    } else if matches!(method.as_str(), "tools/call" | "prompts/get" | "resources/read") {
-        let field = if method == "resources/read" { "uri" } else { "name" };
+    } else if matches!(
+        method.as_str(),
+        "tools/call" | "prompts/get" | "resources/read"
+    ) {
+        let field = if method == "resources/read" {
+            "uri"
+        } else {
+            "name"
+        };
         return Err(ProxyError::InvalidParams(format!("missing params.{field}")));
     }
     let capabilities = meta
         .and_then(|m| m.get(META_CAPABILITIES))
         .filter(|c| c.is_object())
         .cloned()
-        .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]")))?;
-    let log_level = meta.and_then(|m| m.get(META_LOG_LEVEL)).and_then(Value::as_str).map(str::to_owned);
+        .ok_or_else(|| {
+            ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"))
+        })?;
+    let log_level = meta
+        .and_then(|m| m.get(META_LOG_LEVEL))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let progress_token = meta.and_then(|m| m.get("progressToken")).cloned();
     let route = route(&method)?;
-    Ok(ModernRequest { id, method, params, capabilities, log_level, progress_token, route })
+    Ok(ModernRequest {
+        id,
+        method,
+        params,
+        capabilities,
+        log_level,
+        progress_token,
+        route,
+    })
 }
 
 /// Whether a request looks like it comes from a modern client (a modern `_meta` version or
@@ -156,19 +213,34 @@ pub fn looks_modern(headers: &HeaderMap, msg: &Message) -> bool {
     if header_str(headers, "mcp-protocol-version").is_some_and(|v| v.as_str() >= MODERN_VERSION) {
         return true;
     }
-    let Some(params) = &msg.params else { return header_str(headers, "mcp-method").is_some() };
+    let Some(params) = &msg.params else {
+        return header_str(headers, "mcp-method").is_some();
+    };
     // A cheap look for the modern `_meta` key before parsing anything.
     params.get().contains(META_VERSION) || header_str(headers, "mcp-method").is_some()
 }
 
 /// `Origin` check: absent → allowed; loopback origins → allowed; else must be in the allow-list.
 pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
-    let Some(origin) = headers.get(http::header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
-    if allowed.iter().any(|a| a == "*" || a.eq_ignore_ascii_case(origin)) {
+    let Some(origin) = headers
+        .get(http::header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return true;
+    };
+    if allowed
+        .iter()
+        .any(|a| a == "*" || a.eq_ignore_ascii_case(origin))
+    {
         return true;
     }
-    let Ok(uri) = origin.parse::<http::Uri>() else { return false };
-    matches!(uri.host(), Some("localhost" | "127.0.0.1" | "[::1]" | "::1"))
+    let Ok(uri) = origin.parse::<http::Uri>() else {
+        return false;
+    };
+    matches!(
+        uri.host(),
+        Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
+    )
 }
 
 fn target_of<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str> {
@@ -181,13 +253,19 @@ fn target_of<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str
 }
 
 fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers.get(name).and_then(|v| v.to_str().ok()).map(|s| s.trim().to_owned())
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_owned())
 }
 
 /// Decodes a mirrored header value: plain ASCII, or `=?base64?…?=` holding UTF-8.
 pub fn decode_header_value(raw: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(raw).ok()?.trim();
-    if let Some(b64) = s.strip_prefix("=?base64?").and_then(|r| r.strip_suffix("?=")) {
+    if let Some(b64) = s
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
         let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
         return String::from_utf8(bytes).ok();
     }
@@ -214,13 +292,22 @@ mod tests {
     }
 
     fn good_headers(name: &str) -> HeaderMap {
-        headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call"), ("mcp-name", name)])
+        headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ])
     }
 
     #[test]
     fn accepts_a_correct_call() {
         let r = validate(&good_headers("echo"), call("echo")).unwrap();
-        assert_eq!(r.route, Route::Forward { input_capable: true });
+        assert_eq!(
+            r.route,
+            Route::Forward {
+                input_capable: true
+            }
+        );
         assert_eq!(r.target(), "echo");
     }
 
@@ -229,8 +316,15 @@ mod tests {
         for h in [
             headers(&[("mcp-method", "tools/call"), ("mcp-name", "echo")]),
             headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-name", "echo")]),
-            headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list"), ("mcp-name", "echo")]),
-            headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/call")]),
+            headers(&[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+                ("mcp-name", "echo"),
+            ]),
+            headers(&[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+            ]),
             good_headers("other"),
         ] {
             let e = validate(&h, call("echo")).unwrap_err();
@@ -241,31 +335,60 @@ mod tests {
     #[test]
     fn base64_names_decode() {
         let name = "héllo";
-        let enc = format!("=?base64?{}?=", base64::engine::general_purpose::STANDARD.encode(name));
+        let enc = format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(name)
+        );
         assert!(validate(&good_headers(&enc), call(name)).is_ok());
     }
 
     #[test]
     fn missing_meta_is_32602_and_other_version_32022() {
-        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#).unwrap();
-        assert_eq!(validate(&good_headers("x"), m).unwrap_err().to_error_object().code, -32602);
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#)
+            .unwrap();
+        assert_eq!(
+            validate(&good_headers("x"), m)
+                .unwrap_err()
+                .to_error_object()
+                .code,
+            -32602
+        );
         let m = Message::parse(
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
         )
         .unwrap();
-        assert_eq!(validate(&good_headers("x"), m).unwrap_err().to_error_object().code, -32022);
+        assert_eq!(
+            validate(&good_headers("x"), m)
+                .unwrap_err()
+                .to_error_object()
+                .code,
+            -32022
+        );
         let m = Message::parse(
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
         )
         .unwrap();
-        let h = headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")]);
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ]);
         assert_eq!(validate(&h, m).unwrap_err().to_error_object().code, -32602);
     }
 
     #[test]
     fn removed_methods_are_not_found() {
-        for m in ["ping", "logging/setLevel", "resources/subscribe", "initialize", "tasks/get", "bogus"] {
-            assert!(matches!(route(m), Err(ProxyError::MethodNotFound(_))), "{m}");
+        for m in [
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+            "initialize",
+            "tasks/get",
+            "bogus",
+        ] {
+            assert!(
+                matches!(route(m), Err(ProxyError::MethodNotFound(_))),
+                "{m}"
+            );
         }
     }
 
@@ -276,14 +399,26 @@ mod tests {
         )
         .unwrap();
         let r = validate(&good_headers("t"), m).unwrap();
-        assert_eq!(r.upstream_params(), serde_json::json!({"name":"t","_meta":{"progressToken":5}}));
+        assert_eq!(
+            r.upstream_params(),
+            serde_json::json!({"name":"t","_meta":{"progressToken":5}})
+        );
     }
 
     #[test]
     fn origins() {
         assert!(origin_allowed(&HeaderMap::new(), &[]));
-        assert!(origin_allowed(&headers(&[("origin", "http://localhost:3000")]), &[]));
-        assert!(!origin_allowed(&headers(&[("origin", "https://evil.example")]), &[]));
-        assert!(origin_allowed(&headers(&[("origin", "https://app.example")]), &["https://app.example".into()]));
+        assert!(origin_allowed(
+            &headers(&[("origin", "http://localhost:3000")]),
+            &[]
+        ));
+        assert!(!origin_allowed(
+            &headers(&[("origin", "https://evil.example")]),
+            &[]
+        ));
+        assert!(origin_allowed(
+            &headers(&[("origin", "https://app.example")]),
+            &["https://app.example".into()]
+        ));
     }
 }

@@ -47,7 +47,10 @@ impl InputKind {
 /// Converts legacy params into the embedded modern request `{method, params}`: legacy `_meta`,
 /// `task` and URL-mode `elicitationId` are dropped (the id is returned to be kept proxy-side).
 pub fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<String>) {
-    let mut p: Map<String, Value> = params.and_then(Value::as_object).cloned().unwrap_or_default();
+    let mut p: Map<String, Value> = params
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
     p.remove("_meta");
     p.remove("task");
     let elicitation_id = match p.remove("elicitationId") {
@@ -66,7 +69,11 @@ pub fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<St
 ///
 /// # Errors
 /// The `requiredCapabilities` object to put in a -32021 error.
-pub fn check_capability(kind: InputKind, params: Option<&Value>, caps: &Value) -> Result<(), Value> {
+pub fn check_capability(
+    kind: InputKind,
+    params: Option<&Value>,
+    caps: &Value,
+) -> Result<(), Value> {
     let param = |k: &str| params.and_then(|p| p.get(k));
     match kind {
         InputKind::Elicitation => {
@@ -87,14 +94,19 @@ pub fn check_capability(kind: InputKind, params: Option<&Value>, caps: &Value) -
             }
         }
         InputKind::Sampling => {
-            let Some(s) = caps.get("sampling") else { return Err(json!({"sampling": {}})) };
+            let Some(s) = caps.get("sampling") else {
+                return Err(json!({"sampling": {}}));
+            };
             let wants_tools = param("tools").is_some() || param("toolChoice").is_some();
             if wants_tools && s.get("tools").is_none() {
                 return Err(json!({"sampling": {"tools": {}}}));
             }
             Ok(())
         }
-        InputKind::Roots => caps.get("roots").map(|_| ()).ok_or_else(|| json!({"roots": {}})),
+        InputKind::Roots => caps
+            .get("roots")
+            .map(|_| ())
+            .ok_or_else(|| json!({"roots": {}})),
     }
 }
 
@@ -103,7 +115,9 @@ pub fn check_capability(kind: InputKind, params: Option<&Value>, caps: &Value) -
 /// # Errors
 /// A message naming what is wrong.
 pub fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
-    let Some(obj) = answer.as_object() else { return Err("must be an object".into()) };
+    let Some(obj) = answer.as_object() else {
+        return Err("must be an object".into());
+    };
     match kind {
         InputKind::Elicitation => {
             match obj.get("action").and_then(Value::as_str) {
@@ -118,7 +132,10 @@ pub fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
             if !obj.get("role").is_some_and(Value::is_string) {
                 return Err("sampling result needs a role".into());
             }
-            if !obj.get("content").is_some_and(|c| c.is_object() || c.is_array()) {
+            if !obj
+                .get("content")
+                .is_some_and(|c| c.is_object() || c.is_array())
+            {
                 return Err("sampling result needs content".into());
             }
             if !obj.get("model").is_some_and(Value::is_string) {
@@ -129,7 +146,10 @@ pub fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
             let Some(roots) = obj.get("roots").and_then(Value::as_array) else {
                 return Err("roots result needs a roots array".into());
             };
-            if roots.iter().any(|r| !r.get("uri").is_some_and(Value::is_string)) {
+            if roots
+                .iter()
+                .any(|r| !r.get("uri").is_some_and(Value::is_string))
+            {
                 return Err("every root needs a uri".into());
             }
         }
@@ -153,7 +173,10 @@ mod tests {
     fn embedded_shape_drops_legacy_fields() {
         let p = json!({"mode":"url","message":"m","url":"https://x","elicitationId":"e1","_meta":{"a":1},"task":{}});
         let (e, id) = to_embedded(InputKind::Elicitation, Some(&p));
-        assert_eq!(e, json!({"method":"elicitation/create","params":{"mode":"url","message":"m","url":"https://x"}}));
+        assert_eq!(
+            e,
+            json!({"method":"elicitation/create","params":{"mode":"url","message":"m","url":"https://x"}})
+        );
         assert_eq!(id.as_deref(), Some("e1"));
         let (e, _) = to_embedded(InputKind::Roots, None);
         assert_eq!(e, json!({"method":"roots/list"}));
@@ -163,24 +186,64 @@ mod tests {
     fn capability_gating() {
         let form = json!({"message":"m","requestedSchema":{"type":"object","properties":{}}});
         let url = json!({"mode":"url","message":"m","url":"https://x"});
-        assert!(check_capability(InputKind::Elicitation, Some(&form), &json!({"elicitation":{}})).is_ok());
-        assert!(check_capability(InputKind::Elicitation, Some(&url), &json!({"elicitation":{}})).is_err());
-        assert!(check_capability(InputKind::Elicitation, Some(&url), &json!({"elicitation":{"url":{}}})).is_ok());
-        assert!(check_capability(InputKind::Elicitation, Some(&form), &json!({"elicitation":{"url":{}}})).is_err());
-        assert_eq!(check_capability(InputKind::Elicitation, Some(&form), &json!({})).unwrap_err(), json!({"elicitation":{"form":{}}}));
+        assert!(check_capability(
+            InputKind::Elicitation,
+            Some(&form),
+            &json!({"elicitation":{}})
+        )
+        .is_ok());
+        assert!(check_capability(
+            InputKind::Elicitation,
+            Some(&url),
+            &json!({"elicitation":{}})
+        )
+        .is_err());
+        assert!(check_capability(
+            InputKind::Elicitation,
+            Some(&url),
+            &json!({"elicitation":{"url":{}}})
+        )
+        .is_ok());
+        assert!(check_capability(
+            InputKind::Elicitation,
+            Some(&form),
+            &json!({"elicitation":{"url":{}}})
+        )
+        .is_err());
+        assert_eq!(
+            check_capability(InputKind::Elicitation, Some(&form), &json!({})).unwrap_err(),
+            json!({"elicitation":{"form":{}}})
+        );
         let tools = json!({"messages":[],"maxTokens":5,"tools":[]});
-        assert_eq!(check_capability(InputKind::Sampling, Some(&tools), &json!({"sampling":{}})).unwrap_err(), json!({"sampling":{"tools":{}}}));
-        assert!(check_capability(InputKind::Sampling, Some(&tools), &json!({"sampling":{"tools":{}}})).is_ok());
+        assert_eq!(
+            check_capability(InputKind::Sampling, Some(&tools), &json!({"sampling":{}}))
+                .unwrap_err(),
+            json!({"sampling":{"tools":{}}})
+        );
+        assert!(check_capability(
+            InputKind::Sampling,
+            Some(&tools),
+            &json!({"sampling":{"tools":{}}})
+        )
+        .is_ok());
         assert!(check_capability(InputKind::Roots, None, &json!({"roots":{}})).is_ok());
         assert!(check_capability(InputKind::Roots, None, &json!({"sampling":{}})).is_err());
     }
 
     #[test]
     fn answer_shapes() {
-        assert!(validate_answer(InputKind::Elicitation, &json!({"action":"accept","content":{"a":1}})).is_ok());
+        assert!(validate_answer(
+            InputKind::Elicitation,
+            &json!({"action":"accept","content":{"a":1}})
+        )
+        .is_ok());
         assert!(validate_answer(InputKind::Elicitation, &json!({"action":"maybe"})).is_err());
         assert!(validate_answer(InputKind::Elicitation, &json!("accept")).is_err());
-        assert!(validate_answer(InputKind::Sampling, &json!({"role":"assistant","content":{"type":"text","text":"x"},"model":"m"})).is_ok());
+        assert!(validate_answer(
+            InputKind::Sampling,
+            &json!({"role":"assistant","content":{"type":"text","text":"x"},"model":"m"})
+        )
+        .is_ok());
         assert!(validate_answer(InputKind::Sampling, &json!({"role":"assistant"})).is_err());
         assert!(validate_answer(InputKind::Roots, &json!({"roots":[{"uri":"file:///a"}]})).is_ok());
         assert!(validate_answer(InputKind::Roots, &json!({"roots":[{}]})).is_err());

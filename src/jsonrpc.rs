@@ -115,11 +115,17 @@ impl Message {
     /// # Errors
     /// [`EnvelopeError::Shape`] for a message that is neither request, notification nor response.
     pub fn kind(&self) -> Result<Kind, EnvelopeError> {
-        match (&self.method, &self.id, self.result.is_some() || self.error.is_some()) {
+        match (
+            &self.method,
+            &self.id,
+            self.result.is_some() || self.error.is_some(),
+        ) {
             (Some(_), Some(id), false) if id.get() != "null" => Ok(Kind::Request),
             (Some(_), None, false) => Ok(Kind::Notification),
             (None, Some(_), true) => Ok(Kind::Response),
-            _ => Err(EnvelopeError::Shape("neither request, notification nor response")),
+            _ => Err(EnvelopeError::Shape(
+                "neither request, notification nor response",
+            )),
         }
     }
 
@@ -155,7 +161,7 @@ pub fn response_bytes(id: &RawValue, result: &str) -> Vec<u8> {
 pub fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8> {
     let id = id.map_or("null", RawValue::get);
     let err = serde_json::to_string(error).unwrap_or_else(|_| {
-        format!(r#"{{"code":{},"message":"internal error"}}"#, INTERNAL_ERROR)
+        format!(r#"{{"code":{INTERNAL_ERROR},"message":"internal error"}}"#)
     });
     format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{err}}}"#).into_bytes()
 }
@@ -204,7 +210,11 @@ mod tests {
         assert_eq!(n.kind().unwrap(), Kind::Notification);
         let s = Message::parse(br#"{"jsonrpc":"2.0","id":"a","result":{"x":[1, 2]}}"#).unwrap();
         assert_eq!(s.kind().unwrap(), Kind::Response);
-        assert_eq!(s.result.unwrap().get(), r#"{"x":[1, 2]}"#, "raw bytes are kept");
+        assert_eq!(
+            s.result.unwrap().get(),
+            r#"{"x":[1, 2]}"#,
+            "raw bytes are kept"
+        );
     }
 
     #[test]
@@ -224,7 +234,11 @@ mod tests {
             String::from_utf8(response_bytes(&id, r#"{"a":1}"#)).unwrap(),
             r#"{"jsonrpc":"2.0","id":"x","result":{"a":1}}"#
         );
-        let e = ErrorObject { code: -32602, message: "bad".into(), data: None };
+        let e = ErrorObject {
+            code: -32602,
+            message: "bad".into(),
+            data: None,
+        };
         let v: Value = serde_json::from_slice(&error_bytes(None, &e)).unwrap();
         assert_eq!(v["id"], Value::Null);
         assert_eq!(v["error"]["code"], -32602);

@@ -19,7 +19,7 @@
 //! [`proxy`] (the pipeline), [`front`] (modern validation), [`relay`] (legacy pass-through),
 //! [`call`] (call actor), [`parked`] (registry), [`input`] (input requests), [`state_token`]
 //! (JWT), [`rewrite`] (results), [`listen`], [`upstream`] (client, sessions, pool), [`sse`],
-//! [`jsonrpc`], [`body`], [`error`], [`demo`], [`telemetry`], [`shutdown`].
+//! [`jsonrpc`], [`metrics`], [`body`], [`error`], [`demo`], [`telemetry`], [`shutdown`].
 
 pub mod body;
 pub mod call;
@@ -31,6 +31,7 @@ pub mod front;
 pub mod input;
 pub mod jsonrpc;
 pub mod listen;
+pub mod metrics;
 pub mod parked;
 pub mod proxy;
 pub mod relay;

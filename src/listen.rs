@@ -27,25 +27,53 @@ pub async fn serve(
     principal: String,
     auth: Option<(http::HeaderName, HeaderValue)>,
 ) -> Result<Response<Body>, ProxyError> {
-    let Some(filter) = req.params.get("notifications").filter(|f| f.is_object()).cloned() else {
-        return Err(ProxyError::InvalidParams("subscriptions/listen needs a notifications object".into()));
+    let Some(filter) = req
+        .params
+        .get("notifications")
+        .filter(|f| f.is_object())
+        .cloned()
+    else {
+        return Err(ProxyError::InvalidParams(
+            "subscriptions/listen needs a notifications object".into(),
+        ));
     };
     let mut lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
     // The subscriptions below live on this session only; never hand it to another request.
     lease.poison();
     let session = Arc::clone(lease.session());
-    let caps = session.init_result().get("capabilities").cloned().unwrap_or(Value::Null);
+    let caps = session
+        .init_result()
+        .get("capabilities")
+        .cloned()
+        .unwrap_or(Value::Null);
     let wants = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let supports_list_changed = |k: &str| caps.get(k).and_then(|c| c.get("listChanged")).and_then(Value::as_bool).unwrap_or(false);
+    let supports_list_changed = |k: &str| {
+        caps.get(k)
+            .and_then(|c| c.get("listChanged"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+    };
     let tools = wants("toolsListChanged") && supports_list_changed("tools");
     let prompts = wants("promptsListChanged") && supports_list_changed("prompts");
     let resources = wants("resourcesListChanged") && supports_list_changed("resources");
-    let can_subscribe = caps.get("resources").and_then(|r| r.get("subscribe")).and_then(Value::as_bool).unwrap_or(false);
+    let can_subscribe = caps
+        .get("resources")
+        .and_then(|r| r.get("subscribe"))
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let mut uris: Vec<String> = Vec::new();
     if can_subscribe {
-        for uri in filter.get("resourceSubscriptions").and_then(Value::as_array).into_iter().flatten() {
+        for uri in filter
+            .get("resourceSubscriptions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let Some(uri) = uri.as_str() else { continue };
-            if let Ok((_, mut stream)) = session.request("resources/subscribe", &json!({"uri": uri})).await {
+            if let Ok((_, mut stream)) = session
+                .request("resources/subscribe", &json!({"uri": uri}))
+                .await
+            {
                 if let Some(Ok(reply)) = stream.next().await {
                     if Message::parse(&reply).is_ok_and(|m| m.error.is_none()) {
                         uris.push(uri.to_owned());
@@ -55,7 +83,11 @@ pub async fn serve(
         }
     }
     let mut granted = serde_json::Map::new();
-    for (k, v) in [("toolsListChanged", tools), ("promptsListChanged", prompts), ("resourcesListChanged", resources)] {
+    for (k, v) in [
+        ("toolsListChanged", tools),
+        ("promptsListChanged", prompts),
+        ("resourcesListChanged", resources),
+    ] {
         if v {
             granted.insert(k.into(), true.into());
         }
@@ -96,28 +128,51 @@ pub async fn serve(
         }
     });
     let mut r = Response::new(body);
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    r.headers_mut().insert("x-accel-buffering", HeaderValue::from_static("no"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r.headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
     Ok(r)
 }
 
 // Keeps only what the filter asked for, tagged with the subscription id.
-fn tag(bytes: &Bytes, sub_id: &Value, tools: bool, prompts: bool, resources: bool, uris: &HashSet<String>) -> Option<Vec<u8>> {
+fn tag(
+    bytes: &Bytes,
+    sub_id: &Value,
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: &HashSet<String>,
+) -> Option<Vec<u8>> {
     let msg = Message::parse(bytes).ok()?;
-    let mut params = msg.params_value().ok().filter(Value::is_object).unwrap_or_else(|| json!({}));
+    let mut params = msg
+        .params_value()
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
     let keep = match msg.method() {
         "notifications/tools/list_changed" => tools,
         "notifications/prompts/list_changed" => prompts,
         "notifications/resources/list_changed" => resources,
-        "notifications/resources/updated" => params.get("uri").and_then(Value::as_str).is_some_and(|u| uris.contains(u)),
+        "notifications/resources/updated" => params
+            .get("uri")
+            .and_then(Value::as_str)
+            .is_some_and(|u| uris.contains(u)),
         _ => false,
     };
     if !keep {
         return None;
     }
-    let meta = params.as_object_mut()?.entry("_meta").or_insert_with(|| json!({}));
-    meta.as_object_mut()?.insert(META_SUBSCRIPTION_ID.into(), sub_id.clone());
+    let meta = params
+        .as_object_mut()?
+        .entry("_meta")
+        .or_insert_with(|| json!({}));
+    meta.as_object_mut()?
+        .insert(META_SUBSCRIPTION_ID.into(), sub_id.clone());
     Some(jsonrpc::notification_bytes(msg.method(), &params))
 }
 
@@ -129,13 +184,20 @@ mod tests {
     fn tags_and_filters() {
         let uris: HashSet<String> = ["file:///a".to_owned()].into();
         let id = json!(7);
-        let lc = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
-        let out: Value = serde_json::from_slice(&tag(&lc, &id, true, false, false, &uris).unwrap()).unwrap();
+        let lc =
+            Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+        let out: Value =
+            serde_json::from_slice(&tag(&lc, &id, true, false, false, &uris).unwrap()).unwrap();
         assert_eq!(out["params"]["_meta"][META_SUBSCRIPTION_ID], 7);
         assert!(tag(&lc, &id, false, true, true, &uris).is_none());
         let up = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b"}}"#);
         assert!(tag(&up, &id, true, true, true, &uris).is_none());
-        let progress = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#);
-        assert!(tag(&progress, &id, true, true, true, &uris).is_none(), "request-scoped notifications never go on listen");
+        let progress = Bytes::from_static(
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
+        );
+        assert!(
+            tag(&progress, &id, true, true, true, &uris).is_none(),
+            "request-scoped notifications never go on listen"
+        );
     }
 }

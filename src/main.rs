@@ -46,7 +46,14 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing::info!(listen = %config.listen, upstream = %config.upstream, "mrtr-proxy serving");
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| config.listen.to_string(), |a| a.to_string());
+    // One plain line on stderr so supervisors and tests learn the bound port (listen on :0 works).
+    eprintln!(
+        "mrtr-proxy listening on http://{bound}{} -> {}",
+        config.mcp_path, config.upstream
+    );
     server::run(listener, server::App::new(config), shutdown::signal()).await;
     ExitCode::SUCCESS
 }
@@ -54,7 +61,8 @@ async fn main() -> ExitCode {
 fn load(path: Option<&std::path::PathBuf>) -> Result<Config, String> {
     match path {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
             Config::from_toml_str(&text).map_err(|e| e.to_string())
         }
         None => Config::defaults().map_err(|e| e.to_string()),

@@ -104,14 +104,18 @@ impl ParkedCalls {
     ) -> Result<ParkGuard, ProxyError> {
         if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
             self.total.fetch_sub(1, Ordering::AcqRel);
-            return Err(ProxyError::Overloaded("too many parked calls; retry later".into()));
+            return Err(ProxyError::Overloaded(
+                "too many parked calls; retry later".into(),
+            ));
         }
         {
             let mut n = self.per_principal.entry(principal.to_owned()).or_insert(0);
             if *n >= self.max_per_principal {
                 drop(n);
                 self.total.fetch_sub(1, Ordering::AcqRel);
-                return Err(ProxyError::Overloaded("too many parked calls for this principal; retry later".into()));
+                return Err(ProxyError::Overloaded(
+                    "too many parked calls for this principal; retry later".into(),
+                ));
             }
             *n += 1;
         }
@@ -121,8 +125,14 @@ impl ParkedCalls {
             tx,
             round: Mutex::new(Round::default()),
         });
-        self.map.insert(handle.clone(), Slot::Live(Arc::clone(&entry)));
-        Ok(ParkGuard { calls: Arc::clone(self), handle, entry, reason: "the call ended".into() })
+        self.map
+            .insert(handle.clone(), Slot::Live(Arc::clone(&entry)));
+        Ok(ParkGuard {
+            calls: Arc::clone(self),
+            handle,
+            entry,
+            reason: "the call ended".into(),
+        })
     }
 
     /// Claims the round named by verified `claims`: checks the handle is live, the `jti` is the
@@ -132,7 +142,11 @@ impl ParkedCalls {
     /// # Errors
     /// [`TokenError`]s for gone or used state; [`ProxyError::InvalidParams`] for bad answers (the
     /// token is then *not* consumed and the call stays parked).
-    pub fn claim(&self, claims: &Claims, answers: &Map<String, Value>) -> Result<mpsc::Sender<Resume>, ProxyError> {
+    pub fn claim(
+        &self,
+        claims: &Claims,
+        answers: &Map<String, Value>,
+    ) -> Result<mpsc::Sender<Resume>, ProxyError> {
         let entry = match self.map.get(&claims.h).as_deref() {
             Some(Slot::Live(e)) => Arc::clone(e),
             Some(Slot::Gone { reason, .. }) => return Err(TokenError::Gone(reason.clone()).into()),
@@ -141,14 +155,18 @@ impl ParkedCalls {
         if entry.principal != claims.sub || entry.request != claims.req {
             return Err(TokenError::Invalid.into());
         }
-        let mut round = entry.round.lock().map_err(|_| ProxyError::Internal("poisoned round lock".into()))?;
+        let mut round = entry
+            .round
+            .lock()
+            .map_err(|_| ProxyError::Internal("poisoned round lock".into()))?;
         if round.jti.as_deref() != Some(claims.jti.as_str()) {
             return Err(TokenError::AlreadyUsed.into());
         }
         for (key, kind) in &round.pending {
             if let Some(answer) = answers.get(key) {
-                validate_answer(*kind, answer)
-                    .map_err(|why| ProxyError::InvalidParams(format!("inputResponses[\"{key}\"]: {why}")))?;
+                validate_answer(*kind, answer).map_err(|why| {
+                    ProxyError::InvalidParams(format!("inputResponses[\"{key}\"]: {why}"))
+                })?;
             }
         }
         round.jti = None;
@@ -196,7 +214,9 @@ impl Drop for ParkGuard {
     fn drop(&mut self) {
         let reason = std::mem::take(&mut self.reason);
         let until = Instant::now() + self.calls.tombstone_ttl;
-        self.calls.map.insert(self.handle.clone(), Slot::Gone { reason, until });
+        self.calls
+            .map
+            .insert(self.handle.clone(), Slot::Gone { reason, until });
         self.calls.total.fetch_sub(1, Ordering::AcqRel);
         let principal = &self.entry.principal;
         let empty = match self.calls.per_principal.get_mut(principal) {
@@ -207,7 +227,9 @@ impl Drop for ParkGuard {
             None => false,
         };
         if empty {
-            self.calls.per_principal.remove_if(principal, |_, n| *n == 0);
+            self.calls
+                .per_principal
+                .remove_if(principal, |_, n| *n == 0);
         }
     }
 }

@@ -16,6 +16,7 @@ use crate::call::{self, CallSpec};
 use crate::error::ProxyError;
 use crate::front::{self, ModernRequest, Route};
 use crate::jsonrpc::{Kind, Message};
+use crate::metrics::Metrics;
 use crate::parked::Resume;
 use crate::rewrite::{self, RewriteCtx};
 use crate::server::App;
@@ -31,11 +32,15 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let has_session = req.headers().contains_key(SESSION_HEADER);
     match *req.method() {
         // Legacy clients with a session: relay untouched and unbuffered.
-        _ if has_session => relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed())).await,
+        _ if has_session => {
+            Metrics::inc(&app.metrics.legacy_requests);
+            relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed())).await
+        }
         Method::POST => post(app, req).await,
         _ => {
             let mut r = ProxyError::MethodNotAllowed.into_response(None);
-            r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("POST"));
             r
         }
     }
@@ -43,22 +48,40 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
 
 async fn post(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let bytes = match Limited::new(body, app.config.max_body_bytes).collect().await {
+    let bytes = match Limited::new(body, app.config.max_body_bytes)
+        .collect()
+        .await
+    {
         Ok(c) => c.to_bytes(),
-        Err(_) => return ProxyError::BodyTooLarge { limit: app.config.max_body_bytes }.into_response(None),
+        Err(_) => {
+            return ProxyError::BodyTooLarge {
+                limit: app.config.max_body_bytes,
+            }
+            .into_response(None)
+        }
     };
     let msg = match classify(&parts.headers, &bytes) {
         Ok(Classified::Modern(msg)) => msg,
-        Ok(Classified::Legacy) => return relay::relay(&app, Request::from_parts(parts, body::full(bytes))).await,
+        Ok(Classified::Legacy) => {
+            Metrics::inc(&app.metrics.legacy_requests);
+            return relay::relay(&app, Request::from_parts(parts, body::full(bytes))).await;
+        }
         Ok(Classified::Notification) => return accepted(),
         Err(e) => return e.into_response(None),
     };
     let id = msg.id.clone();
     let request = match front::validate(&parts.headers, msg) {
         Ok(r) => r,
-        Err(e) => return e.into_response(id.as_deref()),
+        Err(e) => {
+            Metrics::inc(&app.metrics.rejected_requests);
+            return e.into_response(id.as_deref());
+        }
     };
-    let auth = parts.headers.get(&app.config.principal_header).map(|v| (app.config.principal_header.clone(), v.clone()));
+    Metrics::inc(&app.metrics.modern_requests);
+    let auth = parts
+        .headers
+        .get(&app.config.principal_header)
+        .map(|v| (app.config.principal_header.clone(), v.clone()));
     let principal = principal_digest(auth.as_ref().map(|(_, v)| v.as_bytes()));
     let span = tracing::debug_span!("rpc", method = %request.method);
     let _enter = span.enter();
@@ -90,7 +113,9 @@ fn classify(headers: &http::HeaderMap, bytes: &Bytes) -> Result<Classified, Prox
         Ok(Kind::Request) => Ok(Classified::Modern(msg)),
         // 2026-07-28 defines no client→server notifications over HTTP: accept and ignore.
         Ok(Kind::Notification) => Ok(Classified::Notification),
-        _ => Err(ProxyError::InvalidRequest("a modern client sends requests only".into())),
+        _ => Err(ProxyError::InvalidRequest(
+            "a modern client sends requests only".into(),
+        )),
     }
 }
 
@@ -104,15 +129,25 @@ async fn intercept(
 ) -> Result<Response<Body>, Failed> {
     let id = req.id.clone();
     match req.route {
-        Route::Discover => discover(&app, &req, &principal, auth).await.map_err(|e| (e, id)),
-        Route::Listen => listen::serve(app, req, principal, auth).await.map_err(|e| (e, id)),
+        Route::Discover => discover(&app, &req, &principal, auth)
+            .await
+            .map_err(|e| (e, id)),
+        Route::Listen => listen::serve(app, req, principal, auth)
+            .await
+            .map_err(|e| (e, id)),
         Route::Forward { input_capable } => {
             let digest = request_digest(&req.method, req.target(), req.arguments());
             let state = req.params.get("requestState");
             if input_capable && state.is_some() {
-                return resume(app, req, principal, digest).await.map_err(|e| (e, id));
+                return resume(app, req, principal, digest)
+                    .await
+                    .map_err(|e| (e, id));
             }
-            let (leg, rx) = call::leg(req.id.clone(), req.progress_token.clone(), req.log_level.clone());
+            let (leg, rx) = call::leg(
+                req.id.clone(),
+                req.progress_token.clone(),
+                req.log_level.clone(),
+            );
             let spec = CallSpec {
                 upstream_params: req.upstream_params(),
                 method: req.method,
@@ -129,18 +164,40 @@ async fn intercept(
 }
 
 /// A retry: verify the token before anything else, then hand the answers to the parked call.
-async fn resume(app: Arc<App>, req: ModernRequest, principal: String, digest: String) -> Result<Response<Body>, ProxyError> {
+async fn resume(
+    app: Arc<App>,
+    req: ModernRequest,
+    principal: String,
+    digest: String,
+) -> Result<Response<Body>, ProxyError> {
     let Some(Value::String(token)) = req.params.get("requestState") else {
-        return Err(ProxyError::InvalidParams("requestState must be a string".into()));
+        return Err(ProxyError::InvalidParams(
+            "requestState must be a string".into(),
+        ));
     };
-    let claims = app.tokens.verify(token, &principal, &digest, SystemTime::now())?;
+    let claims = app
+        .tokens
+        .verify(token, &principal, &digest, SystemTime::now())
+        .inspect_err(|_| Metrics::inc(&app.metrics.rejected_states))?;
     let answers: Map<String, Value> = match req.params.get("inputResponses") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
-        Some(_) => return Err(ProxyError::InvalidParams("inputResponses must be an object".into())),
+        Some(_) => {
+            return Err(ProxyError::InvalidParams(
+                "inputResponses must be an object".into(),
+            ))
+        }
     };
-    let tx = app.parked.claim(&claims, &answers)?;
-    let (leg, rx) = call::leg(req.id.clone(), req.progress_token.clone(), req.log_level.clone());
+    let tx = app
+        .parked
+        .claim(&claims, &answers)
+        .inspect_err(|_| Metrics::inc(&app.metrics.rejected_states))?;
+    Metrics::inc(&app.metrics.resumes);
+    let (leg, rx) = call::leg(
+        req.id.clone(),
+        req.progress_token.clone(),
+        req.log_level.clone(),
+    );
     tx.send(Resume { answers, leg })
         .await
         .map_err(|_| crate::state_token::TokenError::Gone("the call ended".into()))?;
@@ -155,12 +212,19 @@ async fn discover(
 ) -> Result<Response<Body>, ProxyError> {
     let lease = app.pool.lease(principal, &req.capabilities, auth).await?;
     let session = lease.session();
-    let ctx = RewriteCtx { server_info: None, ttl_ms: app.config.cache_ttl_ms, scope: app.config.cache_scope };
+    let ctx = RewriteCtx {
+        server_info: None,
+        ttl_ms: app.config.cache_ttl_ms,
+        scope: app.config.cache_scope,
+    };
     let result = rewrite::discover_result(session.init_result(), session.version(), ctx);
     let body = crate::jsonrpc::response_bytes(&req.id, &result.to_string());
     drop(lease);
     let mut r = Response::new(body::full(body));
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     Ok(r)
 }
 

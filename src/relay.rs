@@ -37,7 +37,12 @@ pub async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
     parts.version = http::Version::HTTP_11;
-    match app.pool.client().send(Request::from_parts(parts, body)).await {
+    match app
+        .pool
+        .client()
+        .send(Request::from_parts(parts, body))
+        .await
+    {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);

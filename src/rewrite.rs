@@ -27,7 +27,12 @@ pub struct RewriteCtx<'a> {
 pub fn is_cacheable(method: &str) -> bool {
     matches!(
         method,
-        "server/discover" | "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" | "resources/read"
+        "server/discover"
+            | "tools/list"
+            | "prompts/list"
+            | "resources/list"
+            | "resources/templates/list"
+            | "resources/read"
     )
 }
 
@@ -49,7 +54,10 @@ pub fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
     let needs_tree = method == "tools/list";
     if !needs_tree {
         if let Ok(keys) = serde_json::from_str::<TopKeys>(raw) {
-            let clash = keys.meta.is_some() || keys.result_type.is_some() || keys.ttl_ms.is_some() || keys.cache_scope.is_some();
+            let clash = keys.meta.is_some()
+                || keys.result_type.is_some()
+                || keys.ttl_ms.is_some()
+                || keys.cache_scope.is_some();
             if !clash {
                 return splice(raw, method, ctx);
             }
@@ -68,7 +76,9 @@ pub fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
         obj.insert("cacheScope".into(), ctx.scope.as_str().into());
     }
     if let Some(info) = ctx.server_info {
-        let meta = obj.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+        let meta = obj
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(m) = meta {
             m.entry(META_SERVER_INFO).or_insert_with(|| info.clone());
         }
@@ -81,7 +91,11 @@ fn splice(raw: &str, method: &str, ctx: RewriteCtx<'_>) -> String {
     let mut out = String::with_capacity(raw.len() + 160);
     out.push_str(r#"{"resultType":"complete""#);
     if is_cacheable(method) {
-        out.push_str(&format!(r#","ttlMs":{},"cacheScope":"{}""#, ctx.ttl_ms, ctx.scope.as_str()));
+        out.push_str(&format!(
+            r#","ttlMs":{},"cacheScope":"{}""#,
+            ctx.ttl_ms,
+            ctx.scope.as_str()
+        ));
     }
     if let Some(info) = ctx.server_info {
         out.push_str(&format!(r#","_meta":{{"{META_SERVER_INFO}":{info}}}"#));
@@ -114,7 +128,10 @@ pub fn rewrite_error(mut err: ErrorObject) -> ErrorObject {
 
 /// Builds the `server/discover` result from the upstream's `InitializeResult`.
 pub fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCtx<'_>) -> Value {
-    let mut caps = init.get("capabilities").cloned().unwrap_or_else(|| json!({}));
+    let mut caps = init
+        .get("capabilities")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
     if let Value::Object(c) = &mut caps {
         // Legacy tasks are not wire-compatible with the tasks extension; do not advertise them.
         c.remove("tasks");
@@ -140,7 +157,11 @@ mod tests {
     use super::*;
 
     fn ctx(info: Option<&Value>) -> RewriteCtx<'_> {
-        RewriteCtx { server_info: info, ttl_ms: 1000, scope: CacheScope::Private }
+        RewriteCtx {
+            server_info: info,
+            ttl_ms: 1000,
+            scope: CacheScope::Private,
+        }
     }
 
     fn parse(s: &str) -> Value {
@@ -151,7 +172,10 @@ mod tests {
     fn call_results_get_result_type_and_keep_bytes() {
         let raw = r#"{"content":[{"type":"text","text":"hi"}],  "isError":false}"#;
         let out = rewrite_result("tools/call", raw, ctx(None));
-        assert!(out.ends_with(r#""content":[{"type":"text","text":"hi"}],  "isError":false}"#), "{out}");
+        assert!(
+            out.ends_with(r#""content":[{"type":"text","text":"hi"}],  "isError":false}"#),
+            "{out}"
+        );
         let v = parse(&out);
         assert_eq!(v["resultType"], "complete");
         assert!(v.get("ttlMs").is_none());
@@ -173,7 +197,11 @@ mod tests {
     #[test]
     fn existing_meta_is_merged() {
         let info = json!({"name":"up"});
-        let v = parse(&rewrite_result("tools/call", r#"{"_meta":{"k":1},"content":[]}"#, ctx(Some(&info))));
+        let v = parse(&rewrite_result(
+            "tools/call",
+            r#"{"_meta":{"k":1},"content":[]}"#,
+            ctx(Some(&info)),
+        ));
         assert_eq!(v["_meta"]["k"], 1);
         assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "up");
     }
@@ -189,9 +217,17 @@ mod tests {
 
     #[test]
     fn retired_codes_are_mapped() {
-        let e = rewrite_error(ErrorObject { code: -32002, message: "nf".into(), data: None });
+        let e = rewrite_error(ErrorObject {
+            code: -32002,
+            message: "nf".into(),
+            data: None,
+        });
         assert_eq!(e.code, -32602);
-        let e = rewrite_error(ErrorObject { code: -32601, message: "x".into(), data: None });
+        let e = rewrite_error(ErrorObject {
+            code: -32601,
+            message: "x".into(),
+            data: None,
+        });
         assert_eq!(e.code, -32601);
     }
 

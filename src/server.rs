@@ -16,6 +16,7 @@ use tokio::sync::Semaphore;
 
 use crate::body::{full, Body};
 use crate::config::Config;
+use crate::metrics::Metrics;
 use crate::parked::ParkedCalls;
 use crate::state_token::{random_id, random_secret, TokenCodec};
 use crate::upstream::pool::PoolConfig;
@@ -32,12 +33,18 @@ pub struct App {
     pub parked: Arc<ParkedCalls>,
     /// requestState signer/verifier.
     pub tokens: TokenCodec,
+    /// Counters for `/metrics`.
+    pub metrics: Metrics,
 }
 
 impl App {
     /// Builds the state from a config. Generates a signing key when none is configured.
     pub fn new(config: Config) -> Arc<Self> {
-        let client = UpstreamClient::new(config.upstream.clone(), config.upstream_timeout, config.max_sse_event_bytes);
+        let client = UpstreamClient::new(
+            config.upstream.clone(),
+            config.upstream_timeout,
+            config.max_sse_event_bytes,
+        );
         let pool = SessionPool::new(
             client,
             PoolConfig {
@@ -57,8 +64,18 @@ impl App {
         };
         let issuer = config.instance_id.clone().unwrap_or_else(|| random_id(9));
         let tokens = TokenCodec::new(&secret, issuer, config.state_ttl);
-        let parked = ParkedCalls::new(config.max_parked, config.max_parked_per_principal, config.state_ttl);
-        Arc::new(Self { config, pool, parked, tokens })
+        let parked = ParkedCalls::new(
+            config.max_parked,
+            config.max_parked_per_principal,
+            config.state_ttl,
+        );
+        Arc::new(Self {
+            config,
+            pool,
+            parked,
+            tokens,
+            metrics: Metrics::default(),
+        })
     }
 }
 
@@ -101,8 +118,14 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
     drop(listener);
     background.abort();
     let grace = app.config.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
-        tracing::warn!(?grace, "shutdown grace period elapsed with connections still open");
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            ?grace,
+            "shutdown grace period elapsed with connections still open"
+        );
     }
     app.pool.close_all().await;
 }
@@ -115,7 +138,20 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     match (req.method(), path) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") if app.pool.is_ready() => text(StatusCode::OK, "ready\n"),
-        (&Method::GET, "/readyz") => text(StatusCode::SERVICE_UNAVAILABLE, "upstream not initialized yet\n"),
+        (&Method::GET, "/readyz") => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "upstream not initialized yet\n",
+        ),
+        (&Method::GET, "/metrics") => {
+            let mut r = Response::new(full(
+                app.metrics.render(app.parked.len(), app.pool.idle_count()),
+            ));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     }
 }
@@ -137,7 +173,8 @@ async fn background(app: Arc<App>) {
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(Duration::from_secs(5));
     }
-    let period = (app.config.session_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let period =
+        (app.config.session_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut tick = tokio::time::interval(period);
     loop {
         tick.tick().await;

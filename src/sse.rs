@@ -84,7 +84,9 @@ impl SseDecoder {
             }
         }
         if self.buf.len() + self.data.len() > self.max_event_bytes {
-            return Err(SseError::EventTooLarge { limit: self.max_event_bytes });
+            return Err(SseError::EventTooLarge {
+                limit: self.max_event_bytes,
+            });
         }
         Ok(out)
     }
@@ -112,7 +114,9 @@ impl SseDecoder {
                 self.data.push_str(value);
                 self.has_data = true;
                 if self.data.len() > self.max_event_bytes {
-                    return Err(SseError::EventTooLarge { limit: self.max_event_bytes });
+                    return Err(SseError::EventTooLarge {
+                        limit: self.max_event_bytes,
+                    });
                 }
             }
             "event" => self.event = Some(value.to_owned()),
@@ -178,7 +182,11 @@ mod tests {
     }
 
     fn ev(data: &str) -> Event {
-        Event { event: Some("message".into()), id: None, data: data.into() }
+        Event {
+            event: Some("message".into()),
+            id: None,
+            data: data.into(),
+        }
     }
 
     #[test]
@@ -195,7 +203,11 @@ mod tests {
     #[test]
     fn server_everything_priming_ids_and_keepalive() {
         let f = b"id: 1b2\ndata: \n\n: keepalive\n\nretry: 1000\nid: 3c4\nevent: message\ndata: {\"a\":1}\n\n";
-        let want = vec![Event { event: Some("message".into()), id: Some("3c4".into()), data: r#"{"a":1}"#.into() }];
+        let want = vec![Event {
+            event: Some("message".into()),
+            id: Some("3c4".into()),
+            data: r#"{"a":1}"#.into(),
+        }];
         assert_eq!(decode_all(f), want);
         assert_split_invariant(f, &want);
     }
@@ -204,8 +216,16 @@ mod tests {
     fn multi_line_data_and_bare_cr() {
         let f = b"data: {\"a\":\rdata: 1}\r\rdata:no-space\n\n";
         let want = vec![
-            Event { event: None, id: None, data: "{\"a\":\n1}".into() },
-            Event { event: None, id: None, data: "no-space".into() },
+            Event {
+                event: None,
+                id: None,
+                data: "{\"a\":\n1}".into(),
+            },
+            Event {
+                event: None,
+                id: None,
+                data: "no-space".into(),
+            },
         ];
         assert_eq!(decode_all(f), want);
         assert_split_invariant(f, &want);
@@ -216,20 +236,36 @@ mod tests {
         let mut d = SseDecoder::new(1024);
         assert!(d.feed(b"data: {\"a\"").unwrap().is_empty());
         assert!(d.feed(b":1}\n").unwrap().is_empty());
-        assert_eq!(d.feed(b"\n").unwrap(), vec![Event { event: None, id: None, data: "{\"a\":1}".into() }]);
+        assert_eq!(
+            d.feed(b"\n").unwrap(),
+            vec![Event {
+                event: None,
+                id: None,
+                data: "{\"a\":1}".into()
+            }]
+        );
     }
 
     #[test]
     fn bounds_event_size() {
         let mut d = SseDecoder::new(16);
-        assert_eq!(d.feed(b"data: 0123456789012345678\n"), Err(SseError::EventTooLarge { limit: 16 }));
+        assert_eq!(
+            d.feed(b"data: 0123456789012345678\n"),
+            Err(SseError::EventTooLarge { limit: 16 })
+        );
         let mut d = SseDecoder::new(16);
-        assert!(d.feed(b"data: 0123456789012345678").is_err(), "an unterminated line is bounded too");
+        assert!(
+            d.feed(b"data: 0123456789012345678").is_err(),
+            "an unterminated line is bounded too"
+        );
     }
 
     #[test]
     fn encodes_messages() {
-        assert_eq!(&encode_message(b"{\"a\":1}")[..], b"event: message\ndata: {\"a\":1}\n\n");
+        assert_eq!(
+            &encode_message(b"{\"a\":1}")[..],
+            b"event: message\ndata: {\"a\":1}\n\n"
+        );
         let round = decode_all(&encode_message(b"{\"a\":1}"));
         assert_eq!(round, vec![ev("{\"a\":1}")]);
     }

@@ -67,7 +67,10 @@ pub struct TokenCodec {
 
 impl std::fmt::Debug for TokenCodec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TokenCodec").field("issuer", &self.issuer).field("ttl", &self.ttl).finish_non_exhaustive()
+        f.debug_struct("TokenCodec")
+            .field("issuer", &self.issuer)
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
     }
 }
 
@@ -93,7 +96,14 @@ impl TokenCodec {
     }
 
     /// Mints claims for round `rnd` of parked call `handle` at time `now`.
-    pub fn claims(&self, handle: &str, principal: &str, request: &str, rnd: u32, now: SystemTime) -> Claims {
+    pub fn claims(
+        &self,
+        handle: &str,
+        principal: &str,
+        request: &str,
+        rnd: u32,
+        now: SystemTime,
+    ) -> Claims {
         let iat = unix(now);
         Claims {
             h: handle.to_owned(),
@@ -119,13 +129,20 @@ impl TokenCodec {
     ///
     /// # Errors
     /// The [`TokenError`] saying which check failed; the signature is checked before anything else.
-    pub fn verify(&self, token: &str, principal: &str, request: &str, now: SystemTime) -> Result<Claims, TokenError> {
+    pub fn verify(
+        &self,
+        token: &str,
+        principal: &str,
+        request: &str,
+        now: SystemTime,
+    ) -> Result<Claims, TokenError> {
         let mut v = Validation::new(Algorithm::HS256);
         // Expiry is checked below against the caller's clock so tests can move time.
         v.validate_exp = false;
         v.required_spec_claims.clear();
         v.leeway = 0;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &v).map_err(|_| TokenError::Invalid)?;
+        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &v)
+            .map_err(|_| TokenError::Invalid)?;
         let c = data.claims;
         if c.iss != self.issuer {
             return Err(TokenError::Invalid);
@@ -183,7 +200,11 @@ pub fn principal_digest(value: Option<&[u8]>) -> String {
 /// (key-sorted) arguments.
 pub fn request_digest(method: &str, target: &str, arguments: &serde_json::Value) -> String {
     let mut h = Sha256::new();
-    for part in [method.as_bytes(), target.as_bytes(), canonical_json(arguments).as_bytes()] {
+    for part in [
+        method.as_bytes(),
+        target.as_bytes(),
+        canonical_json(arguments).as_bytes(),
+    ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
@@ -205,7 +226,11 @@ mod tests {
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
     fn codec(secret: &str) -> TokenCodec {
-        TokenCodec::new(&Secret::new(secret.into()), "proxy-a".into(), Duration::from_secs(60))
+        TokenCodec::new(
+            &Secret::new(secret.into()),
+            "proxy-a".into(),
+            Duration::from_secs(60),
+        )
     }
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
@@ -224,8 +249,14 @@ mod tests {
         let c = codec(KEY);
         let now = SystemTime::now();
         let tok = c.sign(&c.claims("h1", "p", "r", 1, now)).unwrap();
-        assert_eq!(c.verify(&tok, "p", "r", now + Duration::from_secs(61)), Err(TokenError::Expired));
-        assert_eq!(c.verify(&tok, "q", "r", now), Err(TokenError::WrongPrincipal));
+        assert_eq!(
+            c.verify(&tok, "p", "r", now + Duration::from_secs(61)),
+            Err(TokenError::Expired)
+        );
+        assert_eq!(
+            c.verify(&tok, "q", "r", now),
+            Err(TokenError::WrongPrincipal)
+        );
         assert_eq!(c.verify(&tok, "p", "s", now), Err(TokenError::WrongRequest));
     }
 
@@ -234,27 +265,52 @@ mod tests {
         let c = codec(KEY);
         let now = SystemTime::now();
         let tok = c.sign(&c.claims("h1", "p", "r", 1, now)).unwrap();
-        assert_eq!(codec("another-secret-another-secret-xx").verify(&tok, "p", "r", now), Err(TokenError::Invalid));
+        assert_eq!(
+            codec("another-secret-another-secret-xx").verify(&tok, "p", "r", now),
+            Err(TokenError::Invalid)
+        );
         // Tampered payload, original signature.
         let parts: Vec<&str> = tok.split('.').collect();
-        let mut payload: serde_json::Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
+        let mut payload: serde_json::Value =
+            serde_json::from_slice(&URL_SAFE_NO_PAD.decode(parts[1]).unwrap()).unwrap();
         payload["h"] = "h2".into();
-        let forged = format!("{}.{}.{}", parts[0], URL_SAFE_NO_PAD.encode(payload.to_string()), parts[2]);
+        let forged = format!(
+            "{}.{}.{}",
+            parts[0],
+            URL_SAFE_NO_PAD.encode(payload.to_string()),
+            parts[2]
+        );
         assert_eq!(c.verify(&forged, "p", "r", now), Err(TokenError::Invalid));
         // Tampered signature.
-        let bad_sig = format!("{}.{}.{}", parts[0], parts[1], URL_SAFE_NO_PAD.encode(b"nope"));
+        let bad_sig = format!(
+            "{}.{}.{}",
+            parts[0],
+            parts[1],
+            URL_SAFE_NO_PAD.encode(b"nope")
+        );
         assert_eq!(c.verify(&bad_sig, "p", "r", now), Err(TokenError::Invalid));
         // alg: none with the original payload.
-        let none = format!("{}.{}.", URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#), parts[1]);
+        let none = format!(
+            "{}.{}.",
+            URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#),
+            parts[1]
+        );
         assert_eq!(c.verify(&none, "p", "r", now), Err(TokenError::Invalid));
         // Garbage.
-        assert_eq!(c.verify("eyJsb2NhdGlvbiI6Ik5ldyBZb3JrIn0", "p", "r", now), Err(TokenError::Invalid));
+        assert_eq!(
+            c.verify("eyJsb2NhdGlvbiI6Ik5ldyBZb3JrIn0", "p", "r", now),
+            Err(TokenError::Invalid)
+        );
     }
 
     #[test]
     fn rejects_other_issuer() {
         let a = codec(KEY);
-        let b = TokenCodec::new(&Secret::new(KEY.into()), "proxy-b".into(), Duration::from_secs(60));
+        let b = TokenCodec::new(
+            &Secret::new(KEY.into()),
+            "proxy-b".into(),
+            Duration::from_secs(60),
+        );
         let now = SystemTime::now();
         let tok = b.sign(&b.claims("h1", "p", "r", 1, now)).unwrap();
         assert_eq!(a.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
@@ -264,9 +320,18 @@ mod tests {
     fn digests_are_canonical() {
         let a: serde_json::Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":1}}"#).unwrap();
         let b: serde_json::Value = serde_json::from_str(r#"{"a":{"x":1,"y":2},"b":1}"#).unwrap();
-        assert_eq!(request_digest("tools/call", "t", &a), request_digest("tools/call", "t", &b));
-        assert_ne!(request_digest("tools/call", "t", &a), request_digest("tools/call", "u", &a));
-        assert_ne!(request_digest("tools/call", "t", &a), request_digest("prompts/get", "t", &a));
+        assert_eq!(
+            request_digest("tools/call", "t", &a),
+            request_digest("tools/call", "t", &b)
+        );
+        assert_ne!(
+            request_digest("tools/call", "t", &a),
+            request_digest("tools/call", "u", &a)
+        );
+        assert_ne!(
+            request_digest("tools/call", "t", &a),
+            request_digest("prompts/get", "t", &a)
+        );
         assert_ne!(principal_digest(None), principal_digest(Some(b"")));
         assert_ne!(random_id(16), random_id(16));
     }

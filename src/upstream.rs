@@ -71,8 +71,15 @@ impl UpstreamClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(timeout));
         connector.set_nodelay(true);
-        let http = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Self { http, uri, timeout, max_event_bytes }
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Self {
+            http,
+            uri,
+            timeout,
+            max_event_bytes,
+        }
     }
 
     /// The upstream MCP endpoint.
@@ -124,9 +131,17 @@ impl MessageStream {
         let mode = if sse {
             Mode::Sse(SseDecoder::new(max_event_bytes))
         } else {
-            Mode::Json { buf: BytesMut::new(), limit: max_event_bytes }
+            Mode::Json {
+                buf: BytesMut::new(),
+                limit: max_event_bytes,
+            }
         };
-        Self { body: resp.into_body(), mode, queue: Default::default(), done: false }
+        Self {
+            body: resp.into_body(),
+            mode,
+            queue: Default::default(),
+            done: false,
+        }
     }
 
     /// The next message, `None` at the end of the body.
@@ -143,7 +158,9 @@ impl MessageStream {
             }
             match self.body.frame().await {
                 Some(Ok(frame)) => {
-                    let Ok(data) = frame.into_data() else { continue };
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
                     if let Err(e) = self.push(&data) {
                         self.done = true;
                         return Some(Err(e));
@@ -177,7 +194,9 @@ impl MessageStream {
             }
             Mode::Json { buf, limit } => {
                 if buf.len() + data.len() > *limit {
-                    return Err(UpstreamError::Sse(SseError::EventTooLarge { limit: *limit }));
+                    return Err(UpstreamError::Sse(SseError::EventTooLarge {
+                        limit: *limit,
+                    }));
                 }
                 buf.extend_from_slice(data);
             }

@@ -61,7 +61,9 @@ impl ModernClient {
 
     /// A fresh request id.
     pub fn next_id(&self) -> i64 {
-        self.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1
+        self.next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1
     }
 
     /// Builds params with the required `_meta` merged in.
@@ -69,11 +71,22 @@ impl ModernClient {
         if !params.is_object() {
             params = json!({});
         }
-        let meta = params.as_object_mut().map(|p| p.entry("_meta").or_insert_with(|| json!({})));
+        let meta = params
+            .as_object_mut()
+            .map(|p| p.entry("_meta").or_insert_with(|| json!({})));
         if let Some(Value::Object(m)) = meta {
-            m.insert("io.modelcontextprotocol/protocolVersion".into(), "2026-07-28".into());
-            m.insert("io.modelcontextprotocol/clientCapabilities".into(), self.capabilities.clone());
-            m.insert("io.modelcontextprotocol/clientInfo".into(), json!({"name":"mrtr-demo-client","version":"0"}));
+            m.insert(
+                "io.modelcontextprotocol/protocolVersion".into(),
+                "2026-07-28".into(),
+            );
+            m.insert(
+                "io.modelcontextprotocol/clientCapabilities".into(),
+                self.capabilities.clone(),
+            );
+            m.insert(
+                "io.modelcontextprotocol/clientInfo".into(),
+                json!({"name":"mrtr-demo-client","version":"0"}),
+            );
         }
         params
     }
@@ -86,8 +99,14 @@ impl ModernClient {
         let params = self.params(params);
         let body = json!({"jsonrpc":"2.0","id":self.next_id(),"method":method,"params":params});
         let mut headers = vec![("mcp-method".to_owned(), method.to_owned())];
-        let target = params.get("name").or_else(|| params.get("uri")).and_then(Value::as_str);
-        if let (Some(t), true) = (target, matches!(method, "tools/call" | "prompts/get" | "resources/read")) {
+        let target = params
+            .get("name")
+            .or_else(|| params.get("uri"))
+            .and_then(Value::as_str);
+        if let (Some(t), true) = (
+            target,
+            matches!(method, "tools/call" | "prompts/get" | "resources/read"),
+        ) {
             headers.push(("mcp-name".to_owned(), t.to_owned()));
         }
         self.send_raw(body.to_string().into(), &headers).await
@@ -97,7 +116,11 @@ impl ModernClient {
     ///
     /// # Errors
     /// Transport failures.
-    pub async fn send_raw(&self, body: Bytes, extra: &[(String, String)]) -> Result<Exchange, String> {
+    pub async fn send_raw(
+        &self,
+        body: Bytes,
+        extra: &[(String, String)],
+    ) -> Result<Exchange, String> {
         let mut b = Request::post(&self.url)
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
@@ -111,7 +134,12 @@ impl ModernClient {
             .map_err(|_| "timed out".to_owned())?
             .map_err(|e| e.to_string())?;
         let status = resp.status();
-        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
         let bytes = tokio::time::timeout(Duration::from_secs(60), resp.into_body().collect())
             .await
             .map_err(|_| "body timed out".to_owned())?
@@ -127,6 +155,11 @@ impl ModernClient {
             messages.push(serde_json::from_slice(&bytes).map_err(|e| e.to_string())?);
         }
         let last = messages.pop().unwrap_or(Value::Null);
-        Ok(Exchange { status, content_type, notifications: messages, last })
+        Ok(Exchange {
+            status,
+            content_type,
+            notifications: messages,
+            last,
+        })
     }
 }

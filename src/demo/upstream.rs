@@ -71,7 +71,9 @@ impl DemoUpstream {
         let st = Arc::clone(&state);
         let task = tokio::spawn(async move {
             loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
                 let st = Arc::clone(&st);
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {
@@ -112,8 +114,14 @@ impl Drop for DemoUpstream {
 }
 
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
-    let sid = req.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let sess = sid.as_ref().and_then(|id| st.sessions.lock().ok()?.get(id).cloned());
+    let sid = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let sess = sid
+        .as_ref()
+        .and_then(|id| st.sessions.lock().ok()?.get(id).cloned());
     match *req.method() {
         Method::GET => match sess {
             Some(s) => {
@@ -138,7 +146,9 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             let Ok(bytes) = req.into_body().collect().await.map(|c| c.to_bytes()) else {
                 return status(StatusCode::BAD_REQUEST);
             };
-            let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else { return status(StatusCode::BAD_REQUEST) };
+            let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else {
+                return status(StatusCode::BAD_REQUEST);
+            };
             if let Ok(mut o) = st.observed.lock() {
                 o.posted.push(msg.clone());
             }
@@ -148,8 +158,17 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     }
 }
 
-async fn post(st: Arc<State>, sid: Option<String>, sess: Option<Arc<Sess>>, msg: Value) -> Response<Body> {
-    let method = msg.get("method").and_then(Value::as_str).unwrap_or("").to_owned();
+async fn post(
+    st: Arc<State>,
+    sid: Option<String>,
+    sess: Option<Arc<Sess>>,
+    msg: Value,
+) -> Response<Body> {
+    let method = msg
+        .get("method")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
     let id = msg.get("id").cloned();
     if method == "initialize" {
         let n = st.counter.fetch_add(1, Ordering::Relaxed);
@@ -158,7 +177,12 @@ async fn post(st: Arc<State>, sid: Option<String>, sess: Option<Arc<Sess>>, msg:
         if let Ok(mut o) = st.observed.lock() {
             o.initialized.push(msg["params"].clone());
         }
-        let s = Arc::new(Sess { caps, next_id: AtomicI64::new(0), waiting: Mutex::new(HashMap::new()), get_tx: Mutex::new(None) });
+        let s = Arc::new(Sess {
+            caps,
+            next_id: AtomicI64::new(0),
+            waiting: Mutex::new(HashMap::new()),
+            get_tx: Mutex::new(None),
+        });
         if let Ok(mut m) = st.sessions.lock() {
             m.insert(new_id.clone(), s);
         }
@@ -169,7 +193,13 @@ async fn post(st: Arc<State>, sid: Option<String>, sess: Option<Arc<Sess>>, msg:
             "instructions": "A demo legacy server that asks for input mid-call.",
         });
         let (tx, body) = ChannelBody::channel(4);
-        let _ = tx.send(sse::encode_message(json!({"jsonrpc":"2.0","id":id,"result":result}).to_string().as_bytes())).await;
+        let _ = tx
+            .send(sse::encode_message(
+                json!({"jsonrpc":"2.0","id":id,"result":result})
+                    .to_string()
+                    .as_bytes(),
+            ))
+            .await;
         let mut r = sse_response(body);
         if let Ok(v) = HeaderValue::from_str(&new_id) {
             r.headers_mut().insert("mcp-session-id", v);
@@ -177,10 +207,19 @@ async fn post(st: Arc<State>, sid: Option<String>, sess: Option<Arc<Sess>>, msg:
         return r;
     }
     let Some(sess) = sess else {
-        let code = if sid.is_some() { StatusCode::NOT_FOUND } else { StatusCode::BAD_REQUEST };
-        let mut r = Response::new(full(r#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: Missing session ID"}}"#));
+        let code = if sid.is_some() {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        let mut r = Response::new(full(
+            r#"{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Bad Request: Missing session ID"}}"#,
+        ));
         *r.status_mut() = code;
-        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         return r;
     };
     // A response to one of our server requests.
@@ -188,20 +227,32 @@ async fn post(st: Arc<State>, sid: Option<String>, sess: Option<Arc<Sess>>, msg:
         if let Some(n) = id.as_ref().and_then(Value::as_i64) {
             let waiter = sess.waiting.lock().ok().and_then(|mut w| w.remove(&n));
             if let Some(w) = waiter {
-                let _ = w.send(msg.get("result").cloned().unwrap_or_else(|| json!({"error": msg.get("error")})));
+                let _ = w.send(
+                    msg.get("result")
+                        .cloned()
+                        .unwrap_or_else(|| json!({"error": msg.get("error")})),
+                );
             }
         }
         return status(StatusCode::ACCEPTED);
     }
-    let Some(id) = id else { return status(StatusCode::ACCEPTED) };
+    let Some(id) = id else {
+        return status(StatusCode::ACCEPTED);
+    };
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
     let (tx, body) = ChannelBody::channel(16);
     tokio::spawn(async move {
-        let call = CallCtx { sess, tx: tx.clone(), params: params.clone() };
+        let call = CallCtx {
+            sess,
+            tx: tx.clone(),
+            params: params.clone(),
+        };
         let outcome = match method.as_str() {
             "tools/list" => Ok(json!({"tools": tools()})),
             "tools/call" => run_tool(&call).await,
-            "prompts/list" => Ok(json!({"prompts": [{"name": "greeting", "description": "Asks who to greet"}]})),
+            "prompts/list" => {
+                Ok(json!({"prompts": [{"name": "greeting", "description": "Asks who to greet"}]}))
+            }
             "prompts/get" => prompt(&call).await,
             "resources/list" => Ok(json!({"resources": [{"uri": "demo://motd", "name": "motd"}]})),
             "resources/read" => read(&call).await,
@@ -212,7 +263,9 @@ async fn post(st: Arc<State>, sid: Option<String>, sess: Option<Arc<Sess>>, msg:
             Ok(result) => json!({"jsonrpc":"2.0","id":id,"result":result}),
             Err(error) => json!({"jsonrpc":"2.0","id":id,"error":error}),
         };
-        let _ = tx.send(sse::encode_message(msg.to_string().as_bytes())).await;
+        let _ = tx
+            .send(sse::encode_message(msg.to_string().as_bytes()))
+            .await;
     });
     sse_response(body)
 }
@@ -230,7 +283,10 @@ impl CallCtx {
 
     async fn notify(&self, method: &str, params: Value) {
         let m = json!({"jsonrpc":"2.0","method":method,"params":params});
-        let _ = self.tx.send(sse::encode_message(m.to_string().as_bytes())).await;
+        let _ = self
+            .tx
+            .send(sse::encode_message(m.to_string().as_bytes()))
+            .await;
     }
 
     // Sends a server request on the call stream (or the GET stream) and waits for the answer.
@@ -242,8 +298,14 @@ impl CallCtx {
         }
         let m = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
         let bytes = sse::encode_message(m.to_string().as_bytes());
-        let sender = if on_get_stream { self.sess.get_tx.lock().ok().and_then(|g| g.clone()) } else { Some(self.tx.clone()) };
-        let Some(sender) = sender else { return Err(json!({"code": -32603, "message": "no GET stream open"})) };
+        let sender = if on_get_stream {
+            self.sess.get_tx.lock().ok().and_then(|g| g.clone())
+        } else {
+            Some(self.tx.clone())
+        };
+        let Some(sender) = sender else {
+            return Err(json!({"code": -32603, "message": "no GET stream open"}));
+        };
         let _ = sender.send(bytes).await;
         match tokio::time::timeout(Duration::from_secs(300), rx).await {
             Ok(Ok(v)) if v.get("error").is_none() => Ok(v),
@@ -253,8 +315,15 @@ impl CallCtx {
     }
 
     async fn elicit_name(&self, message: &str) -> Result<String, Value> {
-        let schema = json!({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]});
-        let r = self.ask("elicitation/create", json!({"mode":"form","message":message,"requestedSchema":schema}), false).await?;
+        let schema =
+            json!({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]});
+        let r = self
+            .ask(
+                "elicitation/create",
+                json!({"mode":"form","message":message,"requestedSchema":schema}),
+                false,
+            )
+            .await?;
         Ok(match r["action"].as_str() {
             Some("accept") => r["content"]["name"].as_str().unwrap_or("?").to_owned(),
             Some(other) => format!("<{other}>"),
@@ -270,7 +339,12 @@ impl CallCtx {
 
     async fn roots(&self) -> Result<String, Value> {
         let r = self.ask("roots/list", json!({}), true).await?;
-        let uris: Vec<&str> = r["roots"].as_array().into_iter().flatten().filter_map(|x| x["uri"].as_str()).collect();
+        let uris: Vec<&str> = r["roots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x["uri"].as_str())
+            .collect();
         Ok(uris.join(", "))
     }
 }
@@ -296,17 +370,29 @@ async fn run_tool(c: &CallCtx) -> Result<Value, Value> {
     let name = c.params.get("name").and_then(Value::as_str).unwrap_or("");
     let _ = &c.sess.caps;
     match name {
-        "echo" => Ok(text(c.arg("text").and_then(Value::as_str).unwrap_or("").to_owned())),
+        "echo" => Ok(text(
+            c.arg("text")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+        )),
         "progress" => {
             let steps = c.arg("steps").and_then(Value::as_u64).unwrap_or(3);
             if let Some(token) = c.params.get("_meta").and_then(|m| m.get("progressToken")) {
                 for i in 1..=steps {
-                    c.notify("notifications/progress", json!({"progressToken":token,"progress":i,"total":steps})).await;
+                    c.notify(
+                        "notifications/progress",
+                        json!({"progressToken":token,"progress":i,"total":steps}),
+                    )
+                    .await;
                 }
             }
             Ok(text(format!("done after {steps} steps")))
         }
-        "ask_name" => Ok(text(format!("Hello, {}!", c.elicit_name("What is your name?").await?))),
+        "ask_name" => Ok(text(format!(
+            "Hello, {}!",
+            c.elicit_name("What is your name?").await?
+        ))),
         "summarize" => {
             let input = c.arg("text").and_then(Value::as_str).unwrap_or("");
             Ok(text(format!("Summary: {}", c.sample(input).await?)))
@@ -329,7 +415,9 @@ async fn prompt(c: &CallCtx) -> Result<Value, Value> {
     match c.params.get("name").and_then(Value::as_str) {
         Some("greeting") => {
             let name = c.elicit_name("Who should be greeted?").await?;
-            Ok(json!({"messages":[{"role":"user","content":{"type":"text","text":format!("Please greet {name}.")}}]}))
+            Ok(
+                json!({"messages":[{"role":"user","content":{"type":"text","text":format!("Please greet {name}.")}}]}),
+            )
         }
         _ => Err(json!({"code": -32602, "message": "Unknown prompt"})),
     }
@@ -337,10 +425,14 @@ async fn prompt(c: &CallCtx) -> Result<Value, Value> {
 
 async fn read(c: &CallCtx) -> Result<Value, Value> {
     match c.params.get("uri").and_then(Value::as_str) {
-        Some("demo://motd") => Ok(json!({"contents":[{"uri":"demo://motd","mimeType":"text/plain","text":"Have a nice day"}]})),
+        Some("demo://motd") => Ok(
+            json!({"contents":[{"uri":"demo://motd","mimeType":"text/plain","text":"Have a nice day"}]}),
+        ),
         Some("demo://secret") => {
             let name = c.elicit_name("Who is asking?").await?;
-            Ok(json!({"contents":[{"uri":"demo://secret","mimeType":"text/plain","text":format!("secret for {name}")}]}))
+            Ok(
+                json!({"contents":[{"uri":"demo://secret","mimeType":"text/plain","text":format!("secret for {name}")}]}),
+            )
         }
         Some(uri) => Err(json!({"code": -32002, "message": format!("Resource not found: {uri}")})),
         None => Err(json!({"code": -32602, "message": "missing uri"})),
@@ -349,7 +441,10 @@ async fn read(c: &CallCtx) -> Result<Value, Value> {
 
 fn sse_response(body: Body) -> Response<Body> {
     let mut r = Response::new(body);
-    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     r
 }
 

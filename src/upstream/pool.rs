@@ -64,7 +64,13 @@ impl SessionPool {
     /// An empty pool.
     pub fn new(client: UpstreamClient, cfg: PoolConfig) -> Arc<Self> {
         let permits = Arc::new(Semaphore::new(cfg.max_sessions));
-        Arc::new(Self { client, cfg, idle: Mutex::new(HashMap::new()), permits, ready: AtomicBool::new(false) })
+        Arc::new(Self {
+            client,
+            cfg,
+            idle: Mutex::new(HashMap::new()),
+            permits,
+            ready: AtomicBool::new(false),
+        })
     }
 
     /// True once any `initialize` succeeded.
@@ -88,9 +94,17 @@ impl SessionPool {
         auth: Option<(http::HeaderName, HeaderValue)>,
     ) -> Result<Lease, ProxyError> {
         let legacy = legacy_capabilities(capabilities);
-        let key = PoolKey { principal: principal.to_owned(), capabilities: legacy.to_string() };
+        let key = PoolKey {
+            principal: principal.to_owned(),
+            capabilities: legacy.to_string(),
+        };
         if let Some(session) = self.take_idle(&key) {
-            return Ok(Lease { session, key, pool: Arc::clone(self), reusable: true });
+            return Ok(Lease {
+                session,
+                key,
+                pool: Arc::clone(self),
+                reusable: true,
+            });
         }
         let permit = match Arc::clone(&self.permits).try_acquire_owned() {
             Ok(p) => p,
@@ -99,7 +113,11 @@ impl SessionPool {
                 let wait = Arc::clone(&self.permits).acquire_owned();
                 match tokio::time::timeout(self.cfg.acquire_timeout, wait).await {
                     Ok(Ok(p)) => p,
-                    _ => return Err(ProxyError::Overloaded("all upstream sessions are busy".into())),
+                    _ => {
+                        return Err(ProxyError::Overloaded(
+                            "all upstream sessions are busy".into(),
+                        ))
+                    }
                 }
             }
         };
@@ -111,12 +129,20 @@ impl SessionPool {
         };
         let session = Session::initialize(self.client.clone(), params, permit).await?;
         self.ready.store(true, Ordering::Relaxed);
-        Ok(Lease { session, key, pool: Arc::clone(self), reusable: true })
+        Ok(Lease {
+            session,
+            key,
+            pool: Arc::clone(self),
+            reusable: true,
+        })
     }
 
     /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
     pub async fn probe(self: &Arc<Self>) -> bool {
-        match self.lease("", &Value::Object(Default::default()), None).await {
+        match self
+            .lease("", &Value::Object(Default::default()), None)
+            .await
+        {
             Ok(lease) => {
                 lease.session().close().await;
                 true
@@ -132,7 +158,11 @@ impl SessionPool {
         if let Ok(mut idle) = self.idle.lock() {
             for list in idle.values_mut() {
                 list.retain(|s| {
-                    let last = s.last_used.lock().map(|t| *t).unwrap_or_else(|_| Instant::now());
+                    let last = s
+                        .last_used
+                        .lock()
+                        .map(|t| *t)
+                        .unwrap_or_else(|_| Instant::now());
                     let keep = cutoff.is_none_or(|c| last > c) && !s.is_dead();
                     if !keep {
                         stale.push(Arc::clone(s));
@@ -162,7 +192,10 @@ impl SessionPool {
 
     /// Number of idle sessions (for tests and metrics).
     pub fn idle_count(&self) -> usize {
-        self.idle.lock().map(|m| m.values().map(Vec::len).sum()).unwrap_or(0)
+        self.idle
+            .lock()
+            .map(|m| m.values().map(Vec::len).sum())
+            .unwrap_or(0)
     }
 
     fn take_idle(&self, key: &PoolKey) -> Option<Arc<Session>> {
@@ -181,12 +214,24 @@ impl SessionPool {
             let key = idle
                 .iter()
                 .filter_map(|(k, v)| {
-                    v.first().map(|s| (k.clone(), s.last_used.lock().map(|t| *t).unwrap_or_else(|_| Instant::now())))
+                    v.first().map(|s| {
+                        (
+                            k.clone(),
+                            s.last_used
+                                .lock()
+                                .map(|t| *t)
+                                .unwrap_or_else(|_| Instant::now()),
+                        )
+                    })
                 })
                 .min_by_key(|(_, t)| *t)
                 .map(|(k, _)| k)?;
             let list = idle.get_mut(&key)?;
-            let s = if list.is_empty() { None } else { Some(list.remove(0)) };
+            let s = if list.is_empty() {
+                None
+            } else {
+                Some(list.remove(0))
+            };
             if list.is_empty() {
                 idle.remove(&key);
             }
@@ -228,7 +273,8 @@ impl Drop for Lease {
     fn drop(&mut self) {
         self.session.set_inbox(None);
         if self.reusable && !self.session.is_dead() {
-            self.pool.give_back(self.key.clone(), Arc::clone(&self.session));
+            self.pool
+                .give_back(self.key.clone(), Arc::clone(&self.session));
             return;
         }
         let session = Arc::clone(&self.session);

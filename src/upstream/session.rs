@@ -70,7 +70,8 @@ impl Session {
             "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
         });
         let body = jsonrpc::request_bytes(0, "initialize", &init);
-        let req = base_request(&client, Method::POST, None, None, params.auth.as_ref()).body(body::full(body));
+        let req = base_request(&client, Method::POST, None, None, params.auth.as_ref())
+            .body(body::full(body));
         let req = req.map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         let resp = client.send(req).await?;
         if !resp.status().is_success() {
@@ -79,18 +80,27 @@ impl Session {
         let id = resp.headers().get(SESSION_HEADER).cloned();
         let mut stream = MessageStream::new(resp, client.max_event_bytes());
         let result = loop {
-            let Some(msg) = stream.next().await else { return Err(UpstreamError::Closed) };
+            let Some(msg) = stream.next().await else {
+                return Err(UpstreamError::Closed);
+            };
             let msg = Message::parse(&msg?).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
             if msg.kind().ok() != Some(Kind::Response) {
                 continue;
             }
             if let Some(err) = msg.error {
-                return Err(UpstreamError::Protocol(format!("initialize failed: {}", err.message)));
+                return Err(UpstreamError::Protocol(format!(
+                    "initialize failed: {}",
+                    err.message
+                )));
             }
             let raw = msg.result.map(|r| r.get().to_owned()).unwrap_or_default();
-            break serde_json::from_str::<Value>(&raw).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+            break serde_json::from_str::<Value>(&raw)
+                .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         };
-        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or(&params.protocol_version);
+        let version = result
+            .get("protocolVersion")
+            .and_then(Value::as_str)
+            .unwrap_or(&params.protocol_version);
         let (notifications, _) = broadcast::channel(64);
         let session = Arc::new(Self {
             client,
@@ -107,7 +117,9 @@ impl Session {
             last_used: Mutex::new(Instant::now()),
             _permit: permit,
         });
-        session.notify("notifications/initialized", &Value::Null).await?;
+        session
+            .notify("notifications/initialized", &Value::Null)
+            .await?;
         session.open_get_stream().await;
         Ok(session)
     }
@@ -153,10 +165,19 @@ impl Session {
     ///
     /// # Errors
     /// Transport errors; [`UpstreamError::SessionGone`] on 404.
-    pub async fn post(&self, body: Vec<u8>) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
-        let req = base_request(&self.client, Method::POST, self.id.as_ref(), Some(&self.version), self.auth.as_ref())
-            .body(body::full(body))
-            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+    pub async fn post(
+        &self,
+        body: Vec<u8>,
+    ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+        let req = base_request(
+            &self.client,
+            Method::POST,
+            self.id.as_ref(),
+            Some(&self.version),
+            self.auth.as_ref(),
+        )
+        .body(body::full(body))
+        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         let resp = self.client.send(req).await?;
         if resp.status() == StatusCode::NOT_FOUND && self.id.is_some() {
             self.mark_dead();
@@ -170,15 +191,23 @@ impl Session {
     /// # Errors
     /// As [`Session::post`]; other non-2xx statuses whose body is not JSON-RPC give
     /// [`UpstreamError::Status`].
-    pub async fn request(&self, method: &str, params: &Value) -> Result<(i64, MessageStream), UpstreamError> {
+    pub async fn request(
+        &self,
+        method: &str,
+        params: &Value,
+    ) -> Result<(i64, MessageStream), UpstreamError> {
         let id = self.next_id();
-        let resp = self.post(jsonrpc::request_bytes(id, method, params)).await?;
+        let resp = self
+            .post(jsonrpc::request_bytes(id, method, params))
+            .await?;
         let status = resp.status();
         let is_json = resp
             .headers()
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/event-stream"));
+            .is_some_and(|v| {
+                v.starts_with("application/json") || v.starts_with("text/event-stream")
+            });
         // A JSON-RPC error body on a 4xx/5xx is still a usable answer; anything else is not.
         if !status.is_success() && !is_json {
             return Err(UpstreamError::Status(status));
@@ -204,9 +233,15 @@ impl Session {
     ///
     /// # Errors
     /// As [`Session::post`].
-    pub async fn answer(&self, id: &str, answer: Result<&str, &ErrorObject>) -> Result<(), UpstreamError> {
+    pub async fn answer(
+        &self,
+        id: &str,
+        answer: Result<&str, &ErrorObject>,
+    ) -> Result<(), UpstreamError> {
         let body = match answer {
-            Ok(result) => format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#).into_bytes(),
+            Ok(result) => {
+                format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#).into_bytes()
+            }
             Err(err) => {
                 let raw = serde_json::value::RawValue::from_string(id.to_owned())
                     .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
@@ -234,8 +269,14 @@ impl Session {
         if self.id.is_none() {
             return;
         }
-        let req = base_request(&self.client, Method::DELETE, self.id.as_ref(), Some(&self.version), self.auth.as_ref())
-            .body(body::empty());
+        let req = base_request(
+            &self.client,
+            Method::DELETE,
+            self.id.as_ref(),
+            Some(&self.version),
+            self.auth.as_ref(),
+        )
+        .body(body::empty());
         if let Ok(req) = req {
             if let Ok(resp) = self.client.send(req).await {
                 let _ = drain(resp).await;
@@ -313,7 +354,9 @@ pub fn default_answer(method: &str, roots: &[Value]) -> Result<Value, ErrorObjec
         "elicitation/create" => Ok(json!({"action": "decline"})),
         _ => Err(ErrorObject {
             code: jsonrpc::INVALID_PARAMS,
-            message: format!("{method} is not associated with a client request that can provide input"),
+            message: format!(
+                "{method} is not associated with a client request that can provide input"
+            ),
             data: None,
         }),
     }
@@ -327,9 +370,15 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
         if session.is_dead() {
             break;
         }
-        let req = base_request(&session.client, Method::GET, session.id.as_ref(), Some(&session.version), session.auth.as_ref())
-            .header(header::ACCEPT, "text/event-stream")
-            .body(body::empty());
+        let req = base_request(
+            &session.client,
+            Method::GET,
+            session.id.as_ref(),
+            Some(&session.version),
+            session.auth.as_ref(),
+        )
+        .header(header::ACCEPT, "text/event-stream")
+        .body(body::empty());
         let Ok(req) = req else { break };
         let client = session.client.clone();
         drop(session);
@@ -342,7 +391,9 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
                 failures = 0;
                 let mut stream = MessageStream::new(resp, client.max_event_bytes());
                 while let Some(Ok(msg)) = stream.next().await {
-                    let Some(session) = weak.upgrade() else { return };
+                    let Some(session) = weak.upgrade() else {
+                        return;
+                    };
                     session.on_get_message(msg).await;
                 }
             }
@@ -394,7 +445,9 @@ async fn drain(resp: http::Response<hyper::body::Incoming>) -> Result<(), Upstre
     use http_body_util::BodyExt;
     let status = resp.status();
     // Bounded: answers to notifications are empty; never read more than a little.
-    let _ = http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect().await;
+    let _ = http_body_util::Limited::new(resp.into_body(), 64 * 1024)
+        .collect()
+        .await;
     if status.is_success() {
         Ok(())
     } else {
@@ -421,14 +474,28 @@ mod tests {
 
     #[test]
     fn default_answers() {
-        assert_eq!(default_answer("roots/list", &[]).unwrap(), json!({"roots": []}));
-        assert_eq!(default_answer("elicitation/create", &[]).unwrap()["action"], "decline");
-        assert_eq!(default_answer("sampling/createMessage", &[]).unwrap_err().code, -32602);
+        assert_eq!(
+            default_answer("roots/list", &[]).unwrap(),
+            json!({"roots": []})
+        );
+        assert_eq!(
+            default_answer("elicitation/create", &[]).unwrap()["action"],
+            "decline"
+        );
+        assert_eq!(
+            default_answer("sampling/createMessage", &[])
+                .unwrap_err()
+                .code,
+            -32602
+        );
     }
 
     #[test]
     fn capability_mapping_drops_modern_only_keys() {
         let m = json!({"elicitation":{"form":{}},"extensions":{"io.modelcontextprotocol/tasks":{}},"roots":{}});
-        assert_eq!(legacy_capabilities(&m), json!({"elicitation":{"form":{}},"roots":{}}));
+        assert_eq!(
+            legacy_capabilities(&m),
+            json!({"elicitation":{"form":{}},"roots":{}})
+        );
     }
 }

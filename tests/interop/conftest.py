@@ -1,0 +1,156 @@
+"""Process fixtures for the real-peer interop tests.
+
+Every peer listens on 127.0.0.1 with a port it chose itself (port 0) and announces it on a line we
+wait for; server-everything only takes a PORT, so it gets a probed free port and we wait until it
+accepts connections. Every process is killed on teardown.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PY_LEGACY = HERE / ".venv" / "mcp1" / "bin" / "python"
+NODE = shutil.which("node") or "node"
+STARTUP_TIMEOUT_S = 30
+
+
+class Proc:
+    """A child process whose output lines are collected by a reader thread."""
+
+    def __init__(self, cmd, env=None, cwd=None):
+        self.cmd = cmd
+        self.lines = []
+        self.cond = threading.Condition()
+        self.p = subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            with self.cond:
+                self.lines.append(line.rstrip("\n"))
+                self.cond.notify_all()
+        with self.cond:
+            self.cond.notify_all()
+
+    def wait_for(self, pattern, timeout=STARTUP_TIMEOUT_S):
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while True:
+                for line in self.lines:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                left = deadline - time.monotonic()
+                if left <= 0 or self.p.poll() is not None:
+                    raise RuntimeError(f"{self.cmd[0]} never printed {pattern!r}; output:\n" + "\n".join(self.lines[-40:]))
+                self.cond.wait(left)
+
+    def output(self):
+        with self.cond:
+            return "\n".join(self.lines)
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+        self.p.wait(timeout=10)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_tcp(port, proc, timeout=STARTUP_TIMEOUT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.p.poll() is not None:
+            raise RuntimeError("process exited:\n" + proc.output())
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} never opened:\n" + proc.output())
+
+
+def proxy_binary():
+    path = os.environ.get("MRTR_PROXY_BIN") or str(ROOT / "target" / "debug" / "mrtr-proxy")
+    if not Path(path).exists():
+        raise RuntimeError(f"proxy binary {path} missing: run `cargo build` first (tests/run.sh does)")
+    return path
+
+
+class Proxy:
+    def __init__(self, upstream_url, *extra):
+        self.proc = Proc([proxy_binary(), "--listen", "127.0.0.1:0", "--upstream", upstream_url, *extra],
+                         env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+        m = self.proc.wait_for(r"listening on (http://\S+)")
+        self.url = m.group(1)
+        self.base = self.url.rsplit("/", 1)[0]
+
+    def metrics(self):
+        text = urllib.request.urlopen(self.base + "/metrics", timeout=10).read().decode()
+        return {k: float(v) for k, v in re.findall(r"^(mrtr_\w+) (\S+)$", text, re.M)}
+
+    def kill(self):
+        self.proc.kill()
+
+
+def start_py_upstream():
+    proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_legacy_server.py")])
+    port = proc.wait_for(r"READY (\d+)").group(1)
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+def start_ts_upstream():
+    proc = Proc([NODE, str(HERE / "servers" / "ts_legacy_server.mjs")], cwd=str(HERE))
+    port = proc.wait_for(r"READY (\d+)").group(1)
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+def start_everything_upstream():
+    port = free_port()
+    entry = HERE / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js"
+    proc = Proc([NODE, str(entry), "streamableHttp"], env={**os.environ, "PORT": str(port)}, cwd=str(HERE))
+    wait_tcp(port, proc)
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+UPSTREAMS = {"py": start_py_upstream, "ts": start_ts_upstream, "everything": start_everything_upstream}
+
+
+@pytest.fixture(scope="module")
+def stack(request):
+    """(upstream kind) → a running legacy upstream with a proxy in front of it."""
+    kind = request.param
+    up, url = UPSTREAMS[kind]()
+    proxy = Proxy(url)
+    yield {"kind": kind, "upstream_url": url, "proxy": proxy}
+    proxy.kill()
+    up.kill()
+
+
+def run_ts_client(url, ops, capabilities=None, timeout=60):
+    cmd = [NODE, str(HERE / "clients" / "ts_modern_client.mjs"), url, json.dumps(ops)]
+    if capabilities is not None:
+        cmd.append(json.dumps(capabilities))
+    out = subprocess.run(cmd, cwd=str(HERE), capture_output=True, text=True, timeout=timeout)
+    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    if not lines:
+        raise AssertionError(f"ts client printed nothing\nstdout:{out.stdout}\nstderr:{out.stderr}")
+    return json.loads(lines[-1])

@@ -1,0 +1,55 @@
+"""server-everything (the reference legacy server) behind the proxy, and a legacy client (Python
+mcp==1.30.0) passing straight through it."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import HERE, PY_LEGACY, run_ts_client
+from test_modern_clients import PyClient
+
+
+@pytest.mark.parametrize("stack", ["everything"], indirect=True)
+class TestServerEverything:
+    def test_discover_and_tools(self, stack):
+        raw = PyClient(stack["proxy"].url).run(lambda c: c.session.send_discover("2026-07-28"))
+        assert "2026-07-28" in raw["supportedVersions"]
+        tools = PyClient(stack["proxy"].url).run(lambda c: c.list_tools())
+        names = {t.name for t in tools.tools}
+        assert {"echo", "trigger-elicitation-request", "trigger-sampling-request"} <= names
+
+    def test_plain_echo(self, stack):
+        r = PyClient(stack["proxy"].url).run(lambda c: c.call_tool("echo", {"message": "hi"}))
+        assert "hi" in r.content[0].text
+
+    def test_elicitation_tool(self, stack):
+        client = PyClient(stack["proxy"].url)
+        r = client.run(lambda c: c.call_tool("trigger-elicitation-request", {}))
+        assert client.counts["elicitation"] == 1
+        assert "Ada" in json.dumps([c.model_dump() for c in r.content])
+        out = run_ts_client(stack["proxy"].url, [{"op": "callTool", "name": "trigger-elicitation-request"}])
+        assert "Grace" in json.dumps(out["results"][0]), out
+
+    def test_sampling_tool(self, stack):
+        client = PyClient(stack["proxy"].url)
+        r = client.run(lambda c: c.call_tool("trigger-sampling-request", {"prompt": "hello", "maxTokens": 10}))
+        assert "py-sampled" in r.content[0].text
+        out = run_ts_client(stack["proxy"].url, [{"op": "callTool", "name": "trigger-sampling-request", "arguments": {"prompt": "x"}}])
+        assert "ts-sampled" in json.dumps(out["results"][0]), out
+
+
+@pytest.mark.parametrize("stack", ["py", "ts"], indirect=True)
+def test_legacy_client_passes_through_including_elicitation(stack):
+    out = subprocess.run(
+        [str(PY_LEGACY), str(HERE / "clients" / "py_legacy_client.py"), stack["proxy"].url],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["protocol"] in ("2025-11-25", "2025-06-18")
+    assert "ask_name" in result["tools"]
+    assert result["echo"] == "legacy-hi"
+    assert result["ask_name"] == "Hello, Linus!"
+    m = stack["proxy"].metrics()
+    assert m["mrtr_legacy_requests_total"] > 0

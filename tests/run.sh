@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The one test command: unit + in-process integration tests (cargo nextest), then the real-peer
+# interop tests. Installs what the interop tests need (pinned, cached under tests/interop/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+interop=tests/interop
+
+echo "== installing real peers (pinned; cached when present)"
+if ! "$interop/.venv/mcp1/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 1.30.0$'; then
+  python3 -m venv "$interop/.venv/mcp1"
+  "$interop/.venv/mcp1/bin/pip" install -q 'mcp==1.30.0'
+fi
+if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$' \
+   || ! "$interop/.venv/mcp2/bin/pip" show pytest >/dev/null 2>&1; then
+  python3 -m venv "$interop/.venv/mcp2"
+  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0'
+fi
+if [ ! -d "$interop/node_modules/@modelcontextprotocol/client" ] || [ "$interop/package-lock.json" -nt "$interop/node_modules/.package-lock.json" ]; then
+  (cd "$interop" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+
+echo "== cargo nextest (unit + in-process integration)"
+cargo build --locked --bins
+cargo nextest run --locked --no-fail-fast
+cargo test --locked --doc
+
+echo "== interop: official SDK peers through the proxy"
+MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider "$interop"
