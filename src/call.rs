@@ -220,9 +220,12 @@ struct Parking {
     round: u32,
 }
 
+// Field order is drop order: the registry entry goes before the lease closes the session, so a
+// client that sees the session end also sees the entry gone.
 struct Call {
     app: Arc<App>,
     spec: CallSpec,
+    park: Option<Parking>,
     lease: Option<Lease>,
     upstream_id: i64,
     stream: Option<MessageStream>,
@@ -232,7 +235,6 @@ struct Call {
     pending: Vec<Pending>,
     key_counter: u32,
     gather_until: Option<Instant>,
-    park: Option<Parking>,
     /// A final message that arrived while no leg was open (delivered on the next retry).
     held_final: Option<Message>,
     /// The upstream answered -32042: re-issue the call once the client answered.

@@ -160,9 +160,8 @@ pub fn response_bytes(id: &RawValue, result: &str) -> Vec<u8> {
 /// Serialises an error response. `id` is `null` when the request id is unknown.
 pub fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8> {
     let id = id.map_or("null", RawValue::get);
-    let err = serde_json::to_string(error).unwrap_or_else(|_| {
-        format!(r#"{{"code":{INTERNAL_ERROR},"message":"internal error"}}"#)
-    });
+    let err = serde_json::to_string(error)
+        .unwrap_or_else(|_| format!(r#"{{"code":{INTERNAL_ERROR},"message":"internal error"}}"#));
     format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{err}}}"#).into_bytes()
 }
 

@@ -100,6 +100,8 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
             },
             () = &mut shutdown => break,
         };
+        // SSE events are small writes; Nagle would hold them back behind delayed ACKs.
+        let _ = stream.set_nodelay(true);
         let app = Arc::clone(&app);
         let svc = service_fn(move |req| {
             let app = Arc::clone(&app);

@@ -8,6 +8,8 @@ pub fn init() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
+        // A closed stderr must not crash the proxy (the default reports via eprintln!, which panics).
+        .log_internal_errors(false)
         .with_writer(std::io::stderr)
         .try_init();
 }

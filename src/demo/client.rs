@@ -26,6 +26,8 @@ pub struct Exchange {
     pub notifications: Vec<Value>,
     /// The final JSON-RPC message (response or error), `Null` if none came.
     pub last: Value,
+    /// The raw response body (SSE comments included).
+    pub raw: Bytes,
 }
 
 impl Exchange {
@@ -160,6 +162,7 @@ impl ModernClient {
             content_type,
             notifications: messages,
             last,
+            raw: bytes,
         })
     }
 }

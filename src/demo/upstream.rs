@@ -74,6 +74,7 @@ impl DemoUpstream {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                let _ = stream.set_nodelay(true);
                 let st = Arc::clone(&st);
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| {

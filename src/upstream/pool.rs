@@ -143,8 +143,9 @@ impl SessionPool {
             .lease("", &Value::Object(Default::default()), None)
             .await
         {
-            Ok(lease) => {
-                lease.session().close().await;
+            Ok(mut lease) => {
+                // Closed (DELETE) when dropped; the probe's session is not kept.
+                lease.poison();
                 true
             }
             Err(_) => false,

@@ -1,0 +1,298 @@
+//! The modern front door: validation, routing, discover, result rewriting.
+
+use http::StatusCode;
+use serde_json::json;
+
+use crate::support::mock::{Mock, Step};
+use crate::support::{error_of, TestProxy};
+
+fn h(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}"#;
+
+#[tokio::test]
+async fn header_mismatch_is_400_with_32020() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"echo",{META}}}}}"#
+    );
+    for headers in [
+        h(&[("mcp-method", "tools/call"), ("mcp-name", "other")]),
+        h(&[("mcp-method", "tools/list"), ("mcp-name", "echo")]),
+        h(&[("mcp-method", "tools/call")]),
+    ] {
+        let ex = c.send_raw(body.clone().into(), &headers).await.unwrap();
+        assert_eq!(ex.status, StatusCode::BAD_REQUEST);
+        assert_eq!(error_of(&ex)["code"], -32020);
+        assert_eq!(ex.last["id"], 1);
+    }
+    assert!(
+        mock.posted().iter().all(|m| m["method"] != "tools/call"),
+        "nothing reached the upstream"
+    );
+}
+
+#[tokio::test]
+async fn unsupported_version_is_400_with_32022_and_supported_list() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let body = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let ex = c
+        .send_raw(body.into(), &h(&[("mcp-method", "tools/list")]))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, StatusCode::BAD_REQUEST);
+    let e = error_of(&ex);
+    assert_eq!(e["code"], -32022);
+    assert_eq!(e["data"]["requested"], "2099-01-01");
+    assert_eq!(e["data"]["supported"], json!(["2026-07-28"]));
+}
+
+#[tokio::test]
+async fn missing_meta_is_400_with_32602() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let body = r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+    let ex = c
+        .send_raw(body.into(), &h(&[("mcp-method", "tools/list")]))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&ex)["code"], -32602);
+}
+
+#[tokio::test]
+async fn removed_and_unknown_methods_are_404_with_32601() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    for m in [
+        "ping",
+        "logging/setLevel",
+        "resources/subscribe",
+        "tasks/get",
+        "no/such",
+    ] {
+        let ex = c.request(m, json!({})).await.unwrap();
+        assert_eq!(ex.status, StatusCode::NOT_FOUND, "{m}");
+        assert_eq!(error_of(&ex)["code"], -32601, "{m}");
+    }
+}
+
+#[tokio::test]
+async fn parse_errors_and_notifications() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let ex = c
+        .send_raw("{not json".into(), &h(&[("mcp-method", "x")]))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&ex)["code"], -32700);
+    let n = format!(r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{{{META}}}}}"#);
+    let ex = c
+        .send_raw(n.into(), &h(&[("mcp-method", "notifications/progress")]))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, StatusCode::ACCEPTED);
+}
+
+#[tokio::test]
+async fn body_over_the_limit_is_413() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "[server]\nmax_body = \"1KiB\"\n").await;
+    let c = proxy.client(json!({}));
+    let big = "x".repeat(4096);
+    let ex = c
+        .request(
+            "tools/call",
+            json!({"name":"echo","arguments":{"text":big}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.status, StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+#[tokio::test]
+async fn get_and_delete_without_session_are_405_and_bad_origin_403() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, mrtr_proxy::body::Body>(
+        hyper_util::client::legacy::connect::HttpConnector::new(),
+    );
+    for m in [http::Method::GET, http::Method::DELETE] {
+        let req = http::Request::builder()
+            .method(m)
+            .uri(proxy.url())
+            .body(mrtr_proxy::body::empty())
+            .unwrap();
+        assert_eq!(
+            http.request(req).await.unwrap().status(),
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+    let mut c = proxy.client(json!({}));
+    c.headers
+        .push(("origin".into(), "https://evil.example".into()));
+    assert_eq!(
+        c.request("tools/list", json!({})).await.unwrap().status,
+        StatusCode::FORBIDDEN
+    );
+    c.headers[0].1 = "http://localhost:5173".into();
+    assert_eq!(
+        c.request("tools/list", json!({})).await.unwrap().status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn discover_comes_from_initialize_and_lists_2026() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "[results]\nttl_ms = 5000\n").await;
+    let ex = proxy
+        .client(json!({"roots":{}}))
+        .request("server/discover", json!({}))
+        .await
+        .unwrap();
+    let r = ex.result();
+    assert_eq!(r["resultType"], "complete");
+    assert!(r["supportedVersions"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("2026-07-28")));
+    assert_eq!(r["capabilities"]["tools"]["listChanged"], true);
+    assert_eq!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+        "mock"
+    );
+    assert_eq!(r["ttlMs"], 5000);
+    assert_eq!(r["cacheScope"], "private");
+    assert_eq!(
+        mock.initialized().last().unwrap()["capabilities"],
+        json!({"roots":{}}),
+        "initialize declares the request's capabilities"
+    );
+}
+
+#[tokio::test]
+async fn results_are_rewritten_and_legacy_codes_mapped() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let tools = c.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(tools.result()["resultType"], "complete");
+    assert_eq!(tools.result()["cacheScope"], "private");
+    assert!(
+        tools.result()["tools"][0].get("execution").is_none(),
+        "legacy taskSupport dropped"
+    );
+    let read = c
+        .request("resources/read", json!({"uri":"file:///missing"}))
+        .await
+        .unwrap();
+    assert_eq!(error_of(&read)["code"], -32602, "-32002 is retired");
+    let call = c
+        .request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(call.result()["resultType"], "complete");
+    assert_eq!(call.result()["content"][0]["text"], "ran plain");
+}
+
+#[tokio::test]
+async fn json_mode_upstreams_work() {
+    let mock = Mock::start().await;
+    mock.json_mode();
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let ex = proxy
+        .client(json!({}))
+        .request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.result()["content"][0]["text"], "ran plain");
+}
+
+#[tokio::test]
+async fn progress_is_relayed_on_sse_and_log_messages_only_when_asked() {
+    let mock = Mock::start().await;
+    let note = |p: u64| {
+        Step::Send(
+            json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tok","progress":p}}),
+        )
+    };
+    let log = |level: &str| {
+        Step::Send(
+            json!({"jsonrpc":"2.0","method":"notifications/message","params":{"level":level,"data":"x"}}),
+        )
+    };
+    mock.script(
+        "slow",
+        vec![vec![
+            note(1),
+            log("debug"),
+            log("error"),
+            note(2),
+            Step::Reply(json!({"content":[]})),
+        ]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let ex = c.request("tools/call", json!({"name":"slow","arguments":{},"_meta":{"progressToken":"tok","io.modelcontextprotocol/logLevel":"warning"}})).await.unwrap();
+    assert!(ex.content_type.starts_with("text/event-stream"));
+    let methods: Vec<_> = ex
+        .notifications
+        .iter()
+        .map(|n| n["method"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        methods,
+        [
+            "notifications/progress",
+            "notifications/message",
+            "notifications/progress"
+        ]
+    );
+    assert_eq!(ex.notifications[1]["params"]["level"], "error");
+    let ex = c
+        .request("tools/call", json!({"name":"slow","arguments":{}}))
+        .await
+        .unwrap();
+    assert!(
+        ex.notifications
+            .iter()
+            .all(|n| n["method"] != "notifications/message"),
+        "no logLevel, no log messages"
+    );
+}
+
+#[tokio::test]
+async fn quiet_upstream_turns_into_sse_with_keepalives() {
+    let mock = Mock::start().await;
+    mock.script(
+        "sleepy",
+        vec![vec![Step::Delay(300), Step::Reply(json!({"content":[]}))]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "[server]\nkeepalive = \"50ms\"\n").await;
+    let ex = proxy
+        .client(json!({}))
+        .request("tools/call", json!({"name":"sleepy","arguments":{}}))
+        .await
+        .unwrap();
+    assert!(ex.content_type.starts_with("text/event-stream"));
+    assert!(
+        String::from_utf8_lossy(&ex.raw).contains(": keep-alive"),
+        "keep-alive comments while quiet"
+    );
+    assert_eq!(ex.result()["resultType"], "complete");
+}

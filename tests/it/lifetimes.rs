@@ -1,0 +1,288 @@
+//! Lifetimes and limits: TTL expiry, bounds, upstream death, client disconnects, session reuse.
+
+use serde_json::json;
+
+use crate::support::mock::{Mock, Step};
+use crate::support::{all_caps, error_of, first_round, retry, TestProxy};
+
+fn elicit(id: i64) -> Step {
+    Step::Send(
+        json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create","params":{"message":"n","requestedSchema":{"type":"object","properties":{}}}}),
+    )
+}
+
+fn sample(id: i64) -> Step {
+    Step::Send(
+        json!({"jsonrpc":"2.0","id":id,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}),
+    )
+}
+
+#[tokio::test]
+async fn ttl_expiry_cancels_pending_requests_and_the_call_upstream() {
+    let mock = Mock::start().await;
+    mock.script(
+        "ask",
+        vec![vec![
+            elicit(1),
+            sample(2),
+            Step::Await(1),
+            Step::Reply(json!({})),
+        ]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "[state]\nttl = \"1s\"\n").await;
+    let c = proxy.client(all_caps());
+    let _ = first_round(&c, "ask", json!({})).await;
+    assert_eq!(proxy.app.parked.len(), 1);
+    let a = mock
+        .wait_for("elicitation cancel", |m| {
+            m["id"] == 1 && m.get("result").is_some()
+        })
+        .await;
+    assert_eq!(a["result"], json!({"action":"cancel"}));
+    mock.wait_for("sampling error", |m| {
+        m["id"] == 2 && m.get("error").is_some()
+    })
+    .await;
+    mock.wait_for("notifications/cancelled", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+    mock.wait_deleted(2).await; // the readiness probe's session and the call's
+    assert_eq!(proxy.app.parked.len(), 0, "registry entry removed");
+}
+
+#[tokio::test]
+async fn parked_calls_are_bounded_per_principal_with_503() {
+    let mock = Mock::start().await;
+    mock.script(
+        "ask",
+        vec![vec![
+            elicit(1),
+            Step::Await(1),
+            Step::Reply(json!({"content":[]})),
+        ]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "[state]\nmax_parked_per_principal = 1\n").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let ex = c
+        .request("tools/call", json!({"name":"ask","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, http::StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(error_of(&ex)["code"], -32000);
+    let mut other = proxy.client(all_caps());
+    other
+        .headers
+        .push(("authorization".into(), "Bearer someone-else".into()));
+    let (_, _) = first_round(&other, "ask", json!({})).await;
+    let ex = retry(
+        &c,
+        "ask",
+        json!({}),
+        json!({"elicitation-1":{"action":"decline"}}),
+        &state,
+    )
+    .await;
+    assert_eq!(
+        ex.result()["resultType"],
+        "complete",
+        "the first call was not degraded"
+    );
+}
+
+#[tokio::test]
+async fn upstream_death_while_parked_is_a_clear_error_on_retry() {
+    let mock = Mock::start().await;
+    // The server dies a while after asking (the call is parked by then).
+    mock.script(
+        "fragile",
+        vec![vec![elicit(1), Step::Delay(300), Step::Die]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "fragile", json!({})).await;
+    // The stream ended; the actor notices without client traffic and closes the session.
+    mock.wait_deleted(2).await;
+    assert!(proxy.app.parked.is_empty());
+    let ex = retry(
+        &c,
+        "fragile",
+        json!({}),
+        json!({"elicitation-1":{"action":"accept","content":{}}}),
+        &state,
+    )
+    .await;
+    let e = error_of(&ex);
+    assert_eq!(e["code"], -32602);
+    assert!(e["message"].as_str().unwrap().contains("upstream"), "{e}");
+}
+
+#[tokio::test]
+async fn upstream_death_while_resuming_is_a_502_error() {
+    let mock = Mock::start().await;
+    mock.script("fragile", vec![vec![elicit(1), Step::Await(1), Step::Die]]);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "fragile", json!({})).await;
+    let ex = retry(
+        &c,
+        "fragile",
+        json!({}),
+        json!({"elicitation-1":{"action":"accept","content":{}}}),
+        &state,
+    )
+    .await;
+    assert_eq!(ex.status, http::StatusCode::BAD_GATEWAY);
+    assert_eq!(error_of(&ex)["code"], -32603);
+    assert!(proxy.app.parked.is_empty());
+}
+
+#[tokio::test]
+async fn a_client_closing_the_stream_cancels_upstream() {
+    let mock = Mock::start().await;
+    mock.script("forever", vec![vec![Step::Hang]]);
+    let proxy = TestProxy::start(&mock.url(), "[server]\nkeepalive = \"50ms\"\n").await;
+    let c = proxy.client(json!({}));
+    let call = tokio::spawn(async move {
+        c.request("tools/call", json!({"name":"forever","arguments":{}}))
+            .await
+    });
+    mock.wait_for("the call", |m| m["method"] == "tools/call")
+        .await;
+    call.abort();
+    let n = mock
+        .wait_for("notifications/cancelled", |m| {
+            m["method"] == "notifications/cancelled"
+        })
+        .await;
+    assert!(n["params"]["requestId"].is_i64());
+}
+
+#[tokio::test]
+async fn sessions_are_reused_and_reinitialized_after_404() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    for _ in 0..3 {
+        c.request("tools/call", json!({"name":"plain","arguments":{}}))
+            .await
+            .unwrap();
+    }
+    let inits = |m: &Mock| {
+        m.initialized()
+            .iter()
+            .filter(|p| p["capabilities"] == json!({}))
+            .count()
+    };
+    let before = inits(&mock);
+    assert!(
+        before <= 2,
+        "sessions are pooled (probe + one), got {before}"
+    );
+    mock.forget_sessions();
+    let ex = c
+        .request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        ex.result()["content"][0]["text"],
+        "ran plain",
+        "re-initialized transparently"
+    );
+    assert_eq!(inits(&mock), before + 1);
+    let caps = proxy.client(json!({"sampling":{}}));
+    caps.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(
+        mock.initialized().last().unwrap()["capabilities"],
+        json!({"sampling":{}}),
+        "another capability set, another session"
+    );
+}
+
+#[tokio::test]
+async fn idle_sessions_are_closed_with_delete() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "[pool]\nidle_timeout = \"200ms\"\n").await;
+    proxy
+        .client(json!({"roots":{}}))
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    mock.wait_deleted(2).await; // the probe's session at once, the pooled one once idle
+    assert_eq!(proxy.app.pool.idle_count(), 0);
+}
+
+#[tokio::test]
+async fn listen_acknowledges_then_relays_tagged_list_changes() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let url = proxy.url();
+    let body = json!({"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"promptsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, mrtr_proxy::body::Body>(
+        hyper_util::client::legacy::connect::HttpConnector::new(),
+    );
+    let req = http::Request::post(url)
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .header("content-type", "application/json")
+        .body(mrtr_proxy::body::full(body.to_string()))
+        .unwrap();
+    let resp = http.request(req).await.unwrap();
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let mut dec = mrtr_proxy::sse::SseDecoder::new(1 << 20);
+    let mut events = Vec::new();
+    let mut sent = false;
+    while events.len() < 2 {
+        let frame = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            http_body_util::BodyExt::frame(&mut body),
+        )
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+        if let Ok(data) = frame.into_data() {
+            events.extend(
+                dec.feed(&data)
+                    .unwrap()
+                    .into_iter()
+                    .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()),
+            );
+        }
+        if !events.is_empty() && !sent {
+            mock.broadcast_on_get(
+                json!({"jsonrpc":"2.0","method":"notifications/resources/list_changed"}),
+            )
+            .await;
+            mock.broadcast_on_get(
+                json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}),
+            )
+            .await;
+            sent = true;
+        }
+    }
+    assert_eq!(
+        events[0]["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    assert_eq!(
+        events[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "sub-1"
+    );
+    assert_eq!(
+        events[0]["params"]["notifications"],
+        json!({"toolsListChanged": true}),
+        "only what the upstream supports"
+    );
+    assert_eq!(
+        events[1]["method"], "notifications/tools/list_changed",
+        "unrequested kinds are filtered"
+    );
+    assert_eq!(
+        events[1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "sub-1"
+    );
+}

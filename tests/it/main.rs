@@ -1,0 +1,19 @@
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "test helpers fail loudly, like the tests that call them"
+)]
+#![allow(
+    unreachable_pub,
+    reason = "test support items are pub for sibling modules of this test binary"
+)]
+//! In-process integration tests: the proxy on port 0 in front of a scripted legacy upstream
+//! (`support::mock`) or the built-in demo upstream.
+
+mod front;
+mod lifetimes;
+mod park;
+mod passthrough;
+mod security;
+mod smoke;
+mod support;

@@ -1,0 +1,187 @@
+//! requestState is attacker-controlled: every forgery or misuse is -32602, no re-prompt, no
+//! complete result, and nothing reaches the upstream.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use serde_json::{json, Value};
+
+use crate::support::mock::{Mock, Step};
+use crate::support::{all_caps, error_of, first_round, retry, TestProxy};
+
+fn script(mock: &Mock) {
+    let ask = Step::Send(
+        json!({"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{"message":"n","requestedSchema":{"type":"object","properties":{}}}}),
+    );
+    mock.script(
+        "ask",
+        vec![vec![
+            ask,
+            Step::Await(1),
+            Step::Reply(json!({"content":[]})),
+        ]],
+    );
+}
+
+fn answers() -> Value {
+    json!({"elicitation-1": {"action":"accept","content":{}}})
+}
+
+async fn rejected(
+    c: &mrtr_proxy::demo::client::ModernClient,
+    name: &str,
+    args: Value,
+    state: &str,
+) -> String {
+    let ex = retry(c, name, args, answers(), state).await;
+    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
+    let e = error_of(&ex);
+    assert_eq!(e["code"], -32602);
+    e["message"].as_str().unwrap().to_owned()
+}
+
+fn split(token: &str) -> (String, Value, String) {
+    let p: Vec<&str> = token.split('.').collect();
+    let payload = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(p[1]).unwrap()).unwrap();
+    (p[0].to_owned(), payload, p[2].to_owned())
+}
+
+#[tokio::test]
+async fn forged_tokens_are_rejected_before_any_upstream_traffic() {
+    let mock = Mock::start().await;
+    script(&mock);
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "[state]\nsecret = \"0123456789abcdef0123456789abcdef\"\n",
+    )
+    .await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let (header, mut payload, sig) = split(&state);
+    payload["rnd"] = 9.into();
+    let tampered_payload = format!(
+        "{header}.{}.{sig}",
+        URL_SAFE_NO_PAD.encode(payload.to_string())
+    );
+    let tampered_sig = format!(
+        "{}.{}",
+        state.rsplit_once('.').unwrap().0,
+        URL_SAFE_NO_PAD.encode(b"forged")
+    );
+    let alg_none = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#),
+        state.split('.').nth(1).unwrap()
+    );
+    let other_key = jsonwebtoken::encode(
+        &jsonwebtoken::Header::default(),
+        &split(&state).1,
+        &jsonwebtoken::EncodingKey::from_secret(b"another-secret-another-secret-!!"),
+    )
+    .unwrap();
+    for forged in [
+        tampered_payload,
+        tampered_sig,
+        alg_none,
+        other_key,
+        "garbage".to_owned(),
+        String::new(),
+    ] {
+        let msg = rejected(&c, "ask", json!({}), &forged).await;
+        assert!(msg.contains("invalid"), "{msg}");
+    }
+    assert!(
+        mock.answers_to(1).is_empty(),
+        "no forged answer reached the upstream"
+    );
+    let ex = retry(&c, "ask", json!({}), answers(), &state).await;
+    assert_eq!(
+        ex.result()["resultType"],
+        "complete",
+        "the genuine token still works"
+    );
+}
+
+#[tokio::test]
+async fn a_token_is_bound_to_principal_tool_and_arguments() {
+    let mock = Mock::start().await;
+    script(&mock);
+    mock.script("other", vec![vec![Step::Reply(json!({"content":[]}))]]);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let mut alice = proxy.client(all_caps());
+    alice
+        .headers
+        .push(("authorization".into(), "Bearer alice".into()));
+    let (_, state) = first_round(&alice, "ask", json!({"x": 1})).await;
+    let mut mallory = proxy.client(all_caps());
+    mallory
+        .headers
+        .push(("authorization".into(), "Bearer mallory".into()));
+    assert!(rejected(&mallory, "ask", json!({"x": 1}), &state)
+        .await
+        .contains("another principal"));
+    assert!(rejected(&alice, "other", json!({"x": 1}), &state)
+        .await
+        .contains("different request"));
+    assert!(rejected(&alice, "ask", json!({"x": 2}), &state)
+        .await
+        .contains("different request"));
+    assert!(mock.answers_to(1).is_empty());
+    let ex = retry(&alice, "ask", json!({"x": 1}), answers(), &state).await;
+    assert_eq!(ex.result()["resultType"], "complete");
+    assert_eq!(
+        mock.posted()
+            .iter()
+            .filter(|m| m["method"] == "initialize")
+            .count(),
+        2,
+        "one session per principal"
+    );
+}
+
+#[tokio::test]
+async fn a_token_is_single_use() {
+    let mock = Mock::start().await;
+    let ask = |id: i64| {
+        Step::Send(
+            json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create","params":{"message":"n","requestedSchema":{"type":"object","properties":{}}}}),
+        )
+    };
+    mock.script(
+        "ask",
+        vec![vec![
+            ask(1),
+            Step::Await(1),
+            ask(2),
+            Step::Await(2),
+            Step::Reply(json!({"content":[]})),
+        ]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let ex = retry(&c, "ask", json!({}), answers(), &state).await;
+    assert_eq!(ex.result()["resultType"], "input_required");
+    assert!(rejected(&c, "ask", json!({}), &state)
+        .await
+        .contains("already used"));
+    assert_eq!(mock.answers_to(1).len(), 1, "the replay delivered nothing");
+}
+
+#[tokio::test]
+async fn an_expired_token_is_rejected() {
+    let mock = Mock::start().await;
+    script(&mock);
+    let proxy = TestProxy::start(&mock.url(), "[state]\nttl = \"1s\"\n").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    // The parked call's TTL cancels it upstream; wait for that event, then retry.
+    mock.wait_for("the cancel answer", |m| {
+        m["id"] == 1 && m["result"]["action"] == "cancel"
+    })
+    .await;
+    let msg = rejected(&c, "ask", json!({}), &state).await;
+    assert!(
+        msg.contains("expired") || msg.contains("no longer parked"),
+        "{msg}"
+    );
+}

@@ -1,0 +1,392 @@
+//! A scripted legacy upstream (hyper on 127.0.0.1:0). `initialize`, sessions, GET streams and
+//! DELETE behave like the official SDKs; each tool runs a script of steps. Everything POSTed is
+//! recorded, and tests wait on it with [`Mock::wait_for`] (an event, not a sleep).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, Method, Request, Response, StatusCode};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use mrtr_proxy::body::{empty, full, Body, ChannelBody};
+use mrtr_proxy::sse::encode_message;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Notify};
+
+/// One step of a tool script.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Emit a message on the call's SSE stream (a request registers a waiter for its id).
+    Send(Value),
+    /// Emit a message on the session's GET stream.
+    SendOnGet(Value),
+    /// Wait for the client's answer to server request `id`.
+    Await(i64),
+    /// Finish with this result.
+    Reply(Value),
+    /// Finish with this JSON-RPC error.
+    Error(Value),
+    /// Drop the call stream without a result (the server died).
+    Die,
+    /// Pause (server-side behaviour, e.g. a slow tool).
+    Delay(u64),
+    /// Never finish.
+    Hang,
+}
+
+#[derive(Default)]
+struct State {
+    scripts: Mutex<HashMap<String, Vec<Vec<Step>>>>,
+    calls: Mutex<HashMap<String, usize>>,
+    posted: Mutex<Vec<Value>>,
+    // (session, message) of every answer to a server request, for `Step::Await`.
+    answers: Mutex<Vec<(String, Value)>>,
+    deleted: Mutex<Vec<String>>,
+    initialized: Mutex<Vec<Value>>,
+    changed: Notify,
+    get_streams: Mutex<HashMap<String, mpsc::Sender<Bytes>>>,
+    sessions: Mutex<HashMap<String, ()>>,
+    counter: AtomicU64,
+    json_mode: std::sync::atomic::AtomicBool,
+}
+
+/// The mock upstream; stops on drop.
+pub struct Mock {
+    addr: std::net::SocketAddr,
+    state: Arc<State>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Mock {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(State::default());
+        let st = Arc::clone(&state);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                // Like Node and asyncio servers: no Nagle delay on small SSE writes.
+                let _ = stream.set_nodelay(true);
+                let st = Arc::clone(&st);
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req| {
+                        let st = Arc::clone(&st);
+                        async move { Ok::<_, Infallible>(handle(st, req).await) }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Self { addr, state, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Sets the scripts of `tool`: the n-th call runs `scripts[n]` (the last one repeats).
+    pub fn script(&self, tool: &str, scripts: Vec<Vec<Step>>) {
+        self.state
+            .scripts
+            .lock()
+            .unwrap()
+            .insert(tool.to_owned(), scripts);
+    }
+
+    /// Answer plain JSON (not SSE) to requests.
+    pub fn json_mode(&self) {
+        self.state.json_mode.store(true, Ordering::Relaxed);
+    }
+
+    /// Emits a message on every open GET stream.
+    pub async fn broadcast_on_get(&self, msg: Value) {
+        let streams: Vec<_> = self
+            .state
+            .get_streams
+            .lock()
+            .unwrap()
+            .values()
+            .cloned()
+            .collect();
+        for s in streams {
+            let _ = s.send(encode_message(msg.to_string().as_bytes())).await;
+        }
+    }
+
+    /// Forgets every session (the next request on one gets 404).
+    pub fn forget_sessions(&self) {
+        self.state.sessions.lock().unwrap().clear();
+    }
+
+    pub fn posted(&self) -> Vec<Value> {
+        self.state.posted.lock().unwrap().clone()
+    }
+
+    pub fn initialized(&self) -> Vec<Value> {
+        self.state.initialized.lock().unwrap().clone()
+    }
+
+    pub fn deleted(&self) -> Vec<String> {
+        self.state.deleted.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until a POSTed message matches `pred`; returns it.
+    pub async fn wait_for(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let notified = self.state.changed.notified();
+            if let Some(v) = self
+                .state
+                .posted
+                .lock()
+                .unwrap()
+                .iter()
+                .find(|v| pred(v))
+                .cloned()
+            {
+                return v;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!("upstream never received {what}; got {:#?}", self.posted());
+            }
+        }
+    }
+
+    /// Waits (bounded) until at least `n` sessions were DELETEd.
+    pub async fn wait_deleted(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let notified = self.state.changed.notified();
+            if self.deleted().len() >= n {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "only {} sessions were deleted, wanted {n}",
+                    self.deleted().len()
+                );
+            }
+        }
+    }
+
+    /// Messages answering server request `id`.
+    pub fn answers_to(&self, id: i64) -> Vec<Value> {
+        self.posted()
+            .into_iter()
+            .filter(|m| m.get("method").is_none() && m["id"] == id)
+            .collect()
+    }
+
+    /// How often `tools/call` of `tool` arrived.
+    pub fn calls_of(&self, tool: &str) -> usize {
+        self.state
+            .calls
+            .lock()
+            .unwrap()
+            .get(tool)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    let sid = req
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let known = sid
+        .as_ref()
+        .is_some_and(|s| st.sessions.lock().unwrap().contains_key(s));
+    match *req.method() {
+        Method::GET if known => {
+            let (tx, body) = ChannelBody::channel(16);
+            st.get_streams
+                .lock()
+                .unwrap()
+                .insert(sid.unwrap_or_default(), tx);
+            sse(body)
+        }
+        Method::GET => status(StatusCode::NOT_FOUND),
+        Method::DELETE => {
+            if let Some(s) = sid {
+                st.sessions.lock().unwrap().remove(&s);
+                st.get_streams.lock().unwrap().remove(&s);
+                st.deleted.lock().unwrap().push(s);
+                st.changed.notify_waiters();
+            }
+            status(StatusCode::OK)
+        }
+        Method::POST => {
+            let bytes = req.into_body().collect().await.unwrap().to_bytes();
+            let msg: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            st.posted.lock().unwrap().push(msg.clone());
+            st.changed.notify_waiters();
+            post(st, sid, known, msg).await
+        }
+        _ => status(StatusCode::METHOD_NOT_ALLOWED),
+    }
+}
+
+async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> Response<Body> {
+    let method = msg["method"].as_str().unwrap_or("").to_owned();
+    if method == "initialize" {
+        let id = format!("mock-{}", st.counter.fetch_add(1, Ordering::Relaxed));
+        st.sessions.lock().unwrap().insert(id.clone(), ());
+        st.initialized.lock().unwrap().push(msg["params"].clone());
+        let result = json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"resources":{"subscribe":true}},"serverInfo":{"name":"mock","version":"1"}});
+        let mut r = Response::new(full(
+            json!({"jsonrpc":"2.0","id":msg["id"],"result":result}).to_string(),
+        ));
+        r.headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+        r.headers_mut()
+            .insert("mcp-session-id", HeaderValue::from_str(&id).unwrap());
+        return r;
+    }
+    if !known {
+        let code = if sid.is_some() {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        return status(code);
+    }
+    if method.is_empty() {
+        st.answers
+            .lock()
+            .unwrap()
+            .push((sid.unwrap_or_default(), msg));
+        st.changed.notify_waiters();
+        return status(StatusCode::ACCEPTED);
+    }
+    if msg.get("id").is_none() {
+        return status(StatusCode::ACCEPTED);
+    }
+    let id = msg["id"].clone();
+    let reply = move |result: Value| json!({"jsonrpc":"2.0","id":id,"result":result});
+    let id = msg["id"].clone();
+    let script = match method.as_str() {
+        "tools/call" => {
+            let name = msg["params"]["name"].as_str().unwrap_or("").to_owned();
+            let n = {
+                let mut calls = st.calls.lock().unwrap();
+                let c = calls.entry(name.clone()).or_insert(0);
+                *c += 1;
+                *c - 1
+            };
+            let scripts = st.scripts.lock().unwrap().get(&name).cloned();
+            match scripts {
+                Some(s) if !s.is_empty() => s[n.min(s.len() - 1)].clone(),
+                _ => vec![Step::Reply(
+                    json!({"content":[{"type":"text","text":format!("ran {name}")}]}),
+                )],
+            }
+        }
+        "tools/list" => vec![Step::Reply(
+            json!({"tools":[{"name":"t","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]}),
+        )],
+        "resources/read" => vec![Step::Error(
+            json!({"code":-32002,"message":"Resource not found"}),
+        )],
+        "resources/subscribe" => vec![Step::Reply(json!({}))],
+        _ => vec![Step::Reply(json!({}))],
+    };
+    if st.json_mode.load(Ordering::Relaxed) {
+        if let Some(Step::Reply(r)) = script.first() {
+            let mut resp = Response::new(full(reply(r.clone()).to_string()));
+            resp.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
+            return resp;
+        }
+    }
+    let (tx, body) = ChannelBody::channel(16);
+    let sid = sid.unwrap_or_default();
+    tokio::spawn(async move {
+        for step in script {
+            match step {
+                Step::Send(m) => {
+                    if tx
+                        .send(encode_message(m.to_string().as_bytes()))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                Step::SendOnGet(m) => {
+                    let get = st.get_streams.lock().unwrap().get(&sid).cloned();
+                    if let Some(g) = get {
+                        let _ = g.send(encode_message(m.to_string().as_bytes())).await;
+                    }
+                }
+                Step::Await(rid) => loop {
+                    let notified = st.changed.notified();
+                    if answered(&st, &sid, rid) {
+                        break;
+                    }
+                    notified.await;
+                },
+                Step::Reply(r) => {
+                    let _ = tx
+                        .send(encode_message(reply(r).to_string().as_bytes()))
+                        .await;
+                    return;
+                }
+                Step::Error(e) => {
+                    let m = json!({"jsonrpc":"2.0","id":id,"error":e});
+                    let _ = tx.send(encode_message(m.to_string().as_bytes())).await;
+                    return;
+                }
+                Step::Die => return,
+                Step::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+                Step::Hang => {
+                    tx.closed().await;
+                    return;
+                }
+            }
+        }
+    });
+    sse(body)
+}
+
+fn answered(st: &State, sid: &str, id: i64) -> bool {
+    st.answers
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|(s, m)| s == sid && m["id"] == id)
+}
+
+fn sse(body: Body) -> Response<Body> {
+    let mut r = Response::new(body);
+    r.headers_mut().insert(
+        "content-type",
+        HeaderValue::from_static("text/event-stream"),
+    );
+    r
+}
+
+fn status(code: StatusCode) -> Response<Body> {
+    let mut r = Response::new(empty());
+    *r.status_mut() = code;
+    r
+}

@@ -1,0 +1,98 @@
+//! Test support: an in-process proxy on port 0 and a scripted legacy upstream.
+
+pub mod mock;
+
+use std::sync::Arc;
+
+use mrtr_proxy::config::Config;
+use mrtr_proxy::demo::client::ModernClient;
+use mrtr_proxy::server::{self, App};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// Capabilities declaring every kind of input.
+pub fn all_caps() -> Value {
+    json!({"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}}, "roots": {}})
+}
+
+/// The proxy, running in process; shut down on drop.
+pub struct TestProxy {
+    pub addr: std::net::SocketAddr,
+    pub app: Arc<App>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl TestProxy {
+    /// Starts with `toml` (the upstream URL is filled in).
+    pub async fn start(upstream: &str, toml: &str) -> Self {
+        if std::env::var_os("TEST_LOG").is_some() {
+            mrtr_proxy::telemetry::init();
+        }
+        let text = format!("[upstream]\nurl = \"{upstream}\"\n{toml}");
+        let config = Config::from_toml_str(&text).expect("test config");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = App::new(config);
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(server::run(listener, Arc::clone(&app), async move {
+            let _ = rx.await;
+        }));
+        Self {
+            addr,
+            app,
+            stop: Some(tx),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    pub fn client(&self, caps: Value) -> ModernClient {
+        ModernClient::new(self.url(), caps)
+    }
+}
+
+impl Drop for TestProxy {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// Runs a first call that must come back `input_required`; returns (result, requestState).
+pub async fn first_round(client: &ModernClient, name: &str, args: Value) -> (Value, String) {
+    let ex = client
+        .request("tools/call", json!({"name": name, "arguments": args}))
+        .await
+        .unwrap();
+    let r = ex.result().clone();
+    assert_eq!(r["resultType"], "input_required", "{:?}", ex.last);
+    let state = r["requestState"].as_str().unwrap().to_owned();
+    (r, state)
+}
+
+/// A retry of `name(args)` with `answers` and `state`.
+pub async fn retry(
+    client: &ModernClient,
+    name: &str,
+    args: Value,
+    answers: Value,
+    state: &str,
+) -> mrtr_proxy::demo::client::Exchange {
+    let params =
+        json!({"name": name, "arguments": args, "inputResponses": answers, "requestState": state});
+    client.request("tools/call", params).await.unwrap()
+}
+
+/// The error object of an exchange (panics if it was not an error).
+pub fn error_of(ex: &mrtr_proxy::demo::client::Exchange) -> &Value {
+    assert!(
+        ex.last.get("error").is_some(),
+        "expected an error, got {:?}",
+        ex.last
+    );
+    &ex.last["error"]
+}
