@@ -300,7 +300,7 @@ impl Config {
             upstream_protocol_version: u
                 .protocol_version
                 .unwrap_or_else(|| "2025-11-25".to_owned()),
-            upstream_timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "30s")?,
+            upstream_timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "60s")?,
             max_sse_event_bytes: size(
                 "upstream.max_sse_event",
                 u.max_sse_event.as_deref(),

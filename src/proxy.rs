@@ -31,12 +31,12 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     }
     let has_session = req.headers().contains_key(SESSION_HEADER);
     match *req.method() {
-        // Legacy clients with a session: relay untouched and unbuffered.
-        _ if has_session => {
+        Method::POST => post(app, req).await,
+        // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
+        Method::GET | Method::DELETE if has_session => {
             Metrics::inc(&app.metrics.legacy_requests);
             relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed())).await
         }
-        Method::POST => post(app, req).await,
         _ => {
             let mut r = ProxyError::MethodNotAllowed.into_response(None);
             r.headers_mut()
@@ -100,13 +100,27 @@ enum Classified {
     Notification,
 }
 
-/// Decides the era: `initialize` or a legacy version header without modern `_meta` is legacy.
+/// Decides the era. Modern: the 2026-07-28 version header (an `Mcp-Session-Id` beside it is
+/// ignored, as the spec asks of modern servers) or modern `_meta`. Legacy: a session id, an
+/// `initialize`, or a legacy version header without modern `_meta`.
 fn classify(headers: &http::HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError> {
+    let modern_header = headers
+        .get("mcp-protocol-version")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim() >= front::MODERN_VERSION);
+    if !modern_header && headers.contains_key(SESSION_HEADER) {
+        return Ok(Classified::Legacy);
+    }
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ProxyError::InvalidRequest(
+            "batches are not supported".into(),
+        ));
+    }
     let msg = Message::parse(bytes).map_err(|e| match e {
         crate::jsonrpc::EnvelopeError::Json(e) => ProxyError::Parse(e.to_string()),
         crate::jsonrpc::EnvelopeError::Shape(s) => ProxyError::InvalidRequest(s.to_owned()),
     })?;
-    if msg.method() == "initialize" || !front::looks_modern(headers, &msg) {
+    if !modern_header && (msg.method() == "initialize" || !front::looks_modern(headers, &msg)) {
         return Ok(Classified::Legacy);
     }
     match msg.kind() {

@@ -296,3 +296,30 @@ async fn quiet_upstream_turns_into_sse_with_keepalives() {
     );
     assert_eq!(ex.result()["resultType"], "complete");
 }
+
+#[tokio::test]
+async fn a_modern_request_with_a_stray_session_id_is_served_modern_and_batches_are_refused() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let mut c = proxy.client(json!({}));
+    c.headers.push(("mcp-session-id".into(), "stale".into()));
+    let ex = c
+        .request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        ex.result()["resultType"],
+        "complete",
+        "the session id is ignored"
+    );
+    let c = proxy.client(json!({}));
+    let ex = c
+        .send_raw(
+            "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}]".into(),
+            &h(&[("mcp-method", "tools/list")]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ex.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&ex)["code"], -32600);
+}
