@@ -211,6 +211,9 @@ struct Pending {
     /// Raw JSON id of the upstream request; `None` for a synthetic request made from -32042.
     upstream_id: Option<String>,
     embedded: Value,
+    /// URL-mode `elicitationId`: removed from what the client sees (2026-07-28 has none), kept
+    /// here to recognise the upstream's `notifications/elicitation/complete`.
+    elicitation_id: Option<String>,
 }
 
 struct Parking {
@@ -495,7 +498,7 @@ impl Call {
         upstream_id: Option<String>,
         params: Option<&Value>,
     ) {
-        let (embedded, _elicitation_id) = input::to_embedded(kind, params);
+        let (embedded, elicitation_id) = input::to_embedded(kind, params);
         self.key_counter += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.key_counter);
         self.pending.push(Pending {
@@ -503,6 +506,7 @@ impl Call {
             kind,
             upstream_id,
             embedded,
+            elicitation_id,
         });
     }
 
@@ -549,6 +553,18 @@ impl Call {
                 }
             }
             // The upstream gave up on one of its own requests (TS SDK: after 60 s).
+            // URL-mode completion is a legacy-only notification: consumed here, never relayed.
+            "notifications/elicitation/complete" => {
+                let id = msg
+                    .params_value()
+                    .ok()
+                    .and_then(|p| p.get("elicitationId").cloned());
+                let known = self.pending.iter().any(|p| {
+                    p.elicitation_id.is_some()
+                        && id.as_ref().and_then(Value::as_str) == p.elicitation_id.as_deref()
+                });
+                tracing::debug!(known, "upstream reported a URL elicitation complete");
+            }
             "notifications/cancelled" => {
                 let Ok(params) = msg.params_value() else {
                     return;

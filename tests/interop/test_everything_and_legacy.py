@@ -23,6 +23,26 @@ class TestServerEverything:
         r = PyClient(stack["proxy"].url).run(lambda c: c.call_tool("echo", {"message": "hi"}))
         assert "hi" in r.content[0].text
 
+    def test_progress_prompt_and_resource(self, stack):
+        seen = []
+
+        async def go(c):
+            async def on_progress(progress, total, message):
+                seen.append(progress)
+
+            r = await c.call_tool("trigger-long-running-operation", {"duration": 0.3, "steps": 3}, progress_callback=on_progress)
+            p = await c.get_prompt("simple-prompt", {})
+            resources = await c.list_resources()
+            first = resources.resources[0]
+            read = await c.read_resource(first.uri)
+            return r, p, first, read
+
+        r, p, first, read = PyClient(stack["proxy"].url).run(go)
+        assert "completed" in r.content[0].text.lower()
+        assert seen == [1, 2, 3]
+        assert p.messages and p.messages[0].content.text
+        assert str(read.contents[0].uri) == str(first.uri)
+
     def test_elicitation_tool(self, stack):
         client = PyClient(stack["proxy"].url)
         r = client.run(lambda c: c.call_tool("trigger-elicitation-request", {}))
