@@ -521,7 +521,10 @@ impl Call {
                     return;
                 };
                 // A retry may carry another token than the upstream knows: speak the leg's.
-                params["progressToken"] = token.clone();
+                let Some(obj) = params.as_object_mut() else {
+                    return;
+                };
+                obj.insert("progressToken".into(), token.clone());
                 let _ = leg
                     .tx
                     .send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(
