@@ -45,7 +45,7 @@ fn main() {
 
 async fn run() {
     let up = DemoUpstream::start().await.expect("demo upstream");
-    let (mut proxy, url) = spawn_proxy(&up.url());
+    let (proxy, url) = spawn_proxy(&up.url());
     let modern = ModernClient::new(url.clone(), json!({"elicitation":{"form":{}}}));
     let legacy = Legacy::connect(&up.url()).await;
 
@@ -82,7 +82,7 @@ async fn run() {
         ms(median(&proxied_plain)) - ms(median(&direct_plain))
     );
 
-    let before = rss_kib(proxy.id());
+    let before = rss_kib(proxy.0.id());
     let mut states = Vec::with_capacity(PARKED);
     for _ in 0..PARKED {
         let ex = modern
@@ -96,14 +96,22 @@ async fn run() {
                 .to_owned(),
         );
     }
-    let after = rss_kib(proxy.id());
+    let after = rss_kib(proxy.0.id());
     let per = (after.saturating_sub(before) as f64) * 1024.0 / PARKED as f64;
     println!("memory: {PARKED} parked calls: proxy RSS {before} KiB -> {after} KiB, ~{per:.0} bytes per parked call");
     println!(
         "  (includes the upstream session each parked call leases: its GET stream and connection)"
     );
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+}
+
+/// The proxy process, killed however the benchmark ends.
+struct ProxyProcess(Child);
+
+impl Drop for ProxyProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 async fn modern_round(c: &ModernClient) {
@@ -153,9 +161,23 @@ fn report(label: &str, v: &[Duration]) {
     );
 }
 
-fn spawn_proxy(upstream: &str) -> (Child, String) {
+fn spawn_proxy(upstream: &str) -> (ProxyProcess, String) {
+    // Every parked call holds an upstream session: room for PARKED of them, one principal.
+    let config = std::env::temp_dir().join(format!("mrtr-bench-{}.toml", std::process::id()));
+    let text = format!(
+        "[pool]\nmax_sessions = {n}\n[state]\nmax_parked = {n}\nmax_parked_per_principal = {n}\n",
+        n = PARKED + 16
+    );
+    std::fs::write(&config, text).expect("bench config");
     let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-proxy"))
-        .args(["--listen", "127.0.0.1:0", "--upstream", upstream])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            upstream,
+            "--config",
+        ])
+        .arg(&config)
         .env("RUST_LOG", "warn")
         .stderr(Stdio::piped())
         .spawn()
@@ -173,7 +195,7 @@ fn spawn_proxy(upstream: &str) -> (Child, String) {
         .find(|w| w.starts_with("http://"))
         .expect("url")
         .to_owned();
-    (child, url)
+    (ProxyProcess(child), url)
 }
 
 fn rss_kib(pid: u32) -> u64 {

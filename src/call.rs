@@ -13,16 +13,15 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{HeaderValue, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::body::{full, Body, ChannelBody};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
@@ -30,9 +29,12 @@ use crate::metrics::Metrics;
 use crate::parked::{ParkGuard, Resume};
 use crate::rewrite::{self, RewriteCtx};
 use crate::server::App;
-use crate::sse;
 use crate::state_token::random_id;
 use crate::upstream::{Lease, MessageStream, UpstreamError};
+
+mod leg;
+
+pub use leg::{leg, respond, Leg, LegEvent, Outcome};
 
 /// What the front asks the actor to run.
 #[derive(Debug)]
@@ -51,67 +53,6 @@ pub struct CallSpec {
     pub auth: Option<(http::HeaderName, HeaderValue)>,
     /// Request digest (method + target + arguments).
     pub request_digest: String,
-}
-
-/// One client HTTP exchange with the call: the first request or a retry.
-#[derive(Debug)]
-pub struct Leg {
-    /// The JSON-RPC id of this exchange.
-    pub id: Box<RawValue>,
-    /// Where the actor sends events.
-    pub tx: mpsc::Sender<LegEvent>,
-    /// `_meta.progressToken` of this exchange.
-    pub progress_token: Option<Value>,
-    /// `io.modelcontextprotocol/logLevel` of this exchange.
-    pub log_level: Option<String>,
-}
-
-/// What the actor sends to the current leg.
-#[derive(Debug)]
-pub enum LegEvent {
-    /// A request-scoped notification (already encoded JSON-RPC).
-    Message(Bytes),
-    /// The last message of this exchange.
-    Done(Outcome),
-}
-
-/// The last message of an exchange and the HTTP status it implies when it comes first.
-#[derive(Debug)]
-pub struct Outcome {
-    /// HTTP status if the response is still JSON.
-    pub status: StatusCode,
-    /// The JSON-RPC message.
-    pub body: Bytes,
-    /// Add `Retry-After` (limits).
-    pub retry_after: bool,
-}
-
-impl Outcome {
-    fn error(err: &ProxyError, id: &RawValue) -> Self {
-        Self {
-            status: err.status(),
-            body: err.to_body_bytes(Some(id)),
-            retry_after: matches!(err, ProxyError::Overloaded(_)),
-        }
-    }
-}
-
-/// A new leg and the receiver the front answers the client from.
-pub fn leg(
-    id: Box<RawValue>,
-    progress_token: Option<Value>,
-    log_level: Option<String>,
-) -> (Leg, mpsc::Receiver<LegEvent>) {
-    let (tx, rx) = mpsc::channel(64);
-    (
-        Leg {
-            id,
-            tx,
-            progress_token,
-            log_level,
-        },
-        rx,
-    )
 }
 
 /// Starts the actor for a fresh call.
@@ -136,71 +77,6 @@ pub fn spawn(app: Arc<App>, spec: CallSpec, first: Leg) {
         };
         call.run().await;
     });
-}
-
-/// Answers the client from a leg: JSON when the final message comes first, SSE when a
-/// notification comes first or the upstream stays quiet longer than the keep-alive interval.
-pub async fn respond(mut rx: mpsc::Receiver<LegEvent>, keepalive: Duration) -> Response<Body> {
-    let first = tokio::time::timeout(keepalive, rx.recv()).await;
-    let first = match first {
-        Ok(Some(LegEvent::Done(out))) => return json_response(out),
-        Ok(Some(LegEvent::Message(m))) => Some(m),
-        Ok(None) => {
-            return ProxyError::Internal("call ended without an answer".into()).into_response(None);
-        }
-        Err(_) => None,
-    };
-    let (body_tx, body) = ChannelBody::channel(16);
-    tokio::spawn(async move {
-        if let Some(m) = first {
-            if body_tx.send(sse::encode_message(&m)).await.is_err() {
-                return;
-            }
-        }
-        let mut tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
-        loop {
-            tokio::select! {
-                ev = rx.recv() => match ev {
-                    Some(LegEvent::Message(m)) => {
-                        if body_tx.send(sse::encode_message(&m)).await.is_err() { return; }
-                    }
-                    Some(LegEvent::Done(out)) => {
-                        let _ = body_tx.send(sse::encode_message(&out.body)).await;
-                        return;
-                    }
-                    None => return,
-                },
-                _ = tick.tick() => {
-                    if body_tx.send(sse::keepalive()).await.is_err() { return; }
-                }
-                // The client went away: dropping `rx` tells the actor to cancel upstream.
-                () = body_tx.closed() => return,
-            }
-        }
-    });
-    let mut resp = Response::new(body);
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
-}
-
-fn json_response(out: Outcome) -> Response<Body> {
-    let mut resp = Response::new(full(out.body));
-    *resp.status_mut() = out.status;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    if out.retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
-    resp
 }
 
 /// A server request waiting for the client's answer.

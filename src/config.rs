@@ -308,7 +308,7 @@ impl Config {
             )?,
             principal_header,
             default_roots,
-            max_sessions: positive("pool.max_sessions", p.max_sessions, 256)?,
+            max_sessions: positive("pool.max_sessions", p.max_sessions, 512)?,
             session_idle: nonzero_dur("pool.idle_timeout", p.idle_timeout.as_deref(), "5m")?,
             session_acquire_timeout: dur(
                 "pool.acquire_timeout",
@@ -318,8 +318,8 @@ impl Config {
             state_ttl,
             state_secret,
             instance_id: st.instance_id,
-            gather_window: dur("state.gather_window", st.gather_window.as_deref(), "25ms")?,
-            max_parked: positive("state.max_parked", st.max_parked, 10_000)?,
+            gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
+            max_parked: positive("state.max_parked", st.max_parked, 500)?,
             max_parked_per_principal: positive(
                 "state.max_parked_per_principal",
                 st.max_parked_per_principal,
