@@ -127,6 +127,7 @@ enum Event {
     GatherDone,
     Resume(Option<Resume>),
     Expired,
+    Shutdown,
 }
 
 enum Step {
@@ -166,6 +167,7 @@ impl Call {
                 }
                 Event::Resume(Some(r)) => self.resume(r).await,
                 Event::Resume(None) => Step::Stop,
+                Event::Shutdown => self.shut_down().await,
                 Event::Expired => {
                     Metrics::inc(&self.app.metrics.expired);
                     if let Some(p) = &mut self.park {
@@ -190,6 +192,7 @@ impl Call {
         let gather = self.gather_until;
         let parked = self.leg.is_none();
         let park = &mut self.park;
+        let mut shutdown = self.app.shutdown.subscribe();
         let (commands, deadline) = match park {
             Some(p) if parked => (Some(&mut p.commands), Some(p.deadline)),
             _ => (None, None),
@@ -201,6 +204,7 @@ impl Call {
             () = async { match gather { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::GatherDone,
             r = async { match commands { Some(c) => c.recv().await, None => std::future::pending().await } } => Event::Resume(r),
             () = async { match deadline { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::Expired,
+            _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
         }
     }
 
@@ -584,6 +588,15 @@ impl Call {
         }
         // Keys still unanswered: ask again for just those, same parked call, fresh token.
         self.park_round().await
+    }
+
+    async fn shut_down(&mut self) -> Step {
+        if let Some(p) = &mut self.park {
+            p.guard.set_reason("the proxy shut down");
+        }
+        self.cancel_upstream("the proxy is shutting down").await;
+        self.fail(ProxyError::Overloaded("the proxy is shutting down".into()))
+            .await
     }
 
     /// Ends the call with `err` on the current leg, or remembers it for the next retry.

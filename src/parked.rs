@@ -36,6 +36,7 @@ pub struct ParkedCalls {
     max_total: usize,
     max_per_principal: usize,
     tombstone_ttl: Duration,
+    emptied: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -78,6 +79,7 @@ impl ParkedCalls {
             max_total,
             max_per_principal,
             tombstone_ttl,
+            emptied: tokio::sync::Notify::new(),
         })
     }
 
@@ -173,6 +175,17 @@ impl ParkedCalls {
         Ok(entry.tx.clone())
     }
 
+    /// Resolves once nothing is parked.
+    pub async fn wait_empty(&self) {
+        loop {
+            let emptied = self.emptied.notified();
+            if self.is_empty() {
+                return;
+            }
+            emptied.await;
+        }
+    }
+
     /// Drops tombstones older than their TTL.
     pub fn sweep(&self) {
         let now = Instant::now();
@@ -217,7 +230,9 @@ impl Drop for ParkGuard {
         self.calls
             .map
             .insert(self.handle.clone(), Slot::Gone { reason, until });
-        self.calls.total.fetch_sub(1, Ordering::AcqRel);
+        if self.calls.total.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.calls.emptied.notify_waiters();
+        }
         let principal = &self.entry.principal;
         let empty = match self.calls.per_principal.get_mut(principal) {
             Some(mut n) => {

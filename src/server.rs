@@ -35,6 +35,8 @@ pub struct App {
     pub tokens: TokenCodec,
     /// Counters for `/metrics`.
     pub metrics: Metrics,
+    /// Flips to `true` when the proxy shuts down; call actors then cancel their upstream calls.
+    pub shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl App {
@@ -75,6 +77,7 @@ impl App {
             parked,
             tokens,
             metrics: Metrics::default(),
+            shutdown: tokio::sync::watch::channel(false).0,
         })
     }
 }
@@ -119,14 +122,18 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
     }
     drop(listener);
     background.abort();
+    // Parked and running calls answer their clients (503) and cancel upstream; then connections
+    // drain and idle sessions are closed, all within the grace period.
+    app.shutdown.send_replace(true);
     let grace = app.config.shutdown_grace;
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    let drain = async {
+        graceful.shutdown().await;
+        app.parked.wait_empty().await;
+    };
+    if tokio::time::timeout(grace, drain).await.is_err() {
         tracing::warn!(
             ?grace,
-            "shutdown grace period elapsed with connections still open"
+            "shutdown grace period elapsed with calls still open"
         );
     }
     app.pool.close_all().await;

@@ -286,3 +286,26 @@ async fn listen_acknowledges_then_relays_tagged_list_changes() {
         "sub-1"
     );
 }
+
+#[tokio::test]
+async fn shutdown_cancels_parked_calls_upstream() {
+    let mock = Mock::start().await;
+    mock.script(
+        "ask",
+        vec![vec![elicit(1), Step::Await(1), Step::Reply(json!({}))]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let _ = first_round(&c, "ask", json!({})).await;
+    drop(proxy);
+    let a = mock
+        .wait_for("the cancel answer", |m| {
+            m["id"] == 1 && m.get("result").is_some()
+        })
+        .await;
+    assert_eq!(a["result"], json!({"action":"cancel"}));
+    mock.wait_for("notifications/cancelled", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+}
