@@ -405,13 +405,7 @@ impl Call {
                     return;
                 };
                 obj.insert("progressToken".into(), token.clone());
-                let _ = leg
-                    .tx
-                    .send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(
-                        msg.method(),
-                        &params,
-                    ))))
-                    .await;
+                relay(leg, msg.method(), &params).await;
             }
             "notifications/message" => {
                 let Some(leg) = &self.leg else { return };
@@ -426,16 +420,9 @@ impl Call {
                     .and_then(Value::as_str)
                     .unwrap_or("info");
                 if severity(level) >= severity(threshold) {
-                    let _ = leg
-                        .tx
-                        .send(LegEvent::Message(Bytes::from(jsonrpc::notification_bytes(
-                            msg.method(),
-                            &params,
-                        ))))
-                        .await;
+                    relay(leg, msg.method(), &params).await;
                 }
             }
-            // The upstream gave up on one of its own requests (TS SDK: after 60 s).
             // URL-mode completion is a legacy-only notification: consumed here, never relayed.
             "notifications/elicitation/complete" => {
                 let id = msg
@@ -448,6 +435,7 @@ impl Call {
                 });
                 tracing::debug!(known, "upstream reported a URL elicitation complete");
             }
+            // The upstream gave up on one of its own requests (TS SDK: after 60 s).
             "notifications/cancelled" => {
                 let Ok(params) = msg.params_value() else {
                     return;
@@ -656,6 +644,12 @@ impl Call {
         }
         self.stream = None;
     }
+}
+
+// Sends a request-scoped notification on the open leg (a closed leg is noticed by the actor loop).
+async fn relay(leg: &Leg, method: &str, params: &Value) {
+    let bytes = Bytes::from(jsonrpc::notification_bytes(method, params));
+    let _ = leg.tx.send(LegEvent::Message(bytes)).await;
 }
 
 fn id_is(raw: &RawValue, id: i64) -> bool {

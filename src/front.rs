@@ -133,32 +133,13 @@ pub fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, Prox
             requested: body_version.to_owned(),
         });
     }
-    match header_str(headers, "mcp-protocol-version") {
-        Some(v) if v == body_version => {}
-        Some(_) => {
-            return Err(ProxyError::HeaderMismatch(
-                "MCP-Protocol-Version does not match the body".into(),
-            ))
-        }
-        None => {
-            return Err(ProxyError::HeaderMismatch(
-                "missing MCP-Protocol-Version header".into(),
-            ))
-        }
-    }
-    match header_str(headers, "mcp-method") {
-        Some(m) if m == method => {}
-        Some(_) => {
-            return Err(ProxyError::HeaderMismatch(
-                "Mcp-Method does not match the body".into(),
-            ))
-        }
-        None => {
-            return Err(ProxyError::HeaderMismatch(
-                "missing Mcp-Method header".into(),
-            ))
-        }
-    }
+    mirrored(
+        headers,
+        "mcp-protocol-version",
+        "MCP-Protocol-Version",
+        body_version,
+    )?;
+    mirrored(headers, "mcp-method", "Mcp-Method", &method)?;
     if let Some(target) = target_of(&method, &params) {
         match headers
             .get("mcp-name")
@@ -241,6 +222,19 @@ pub fn origin_allowed(headers: &HeaderMap, allowed: &[String]) -> bool {
         uri.host(),
         Some("localhost" | "127.0.0.1" | "[::1]" | "::1")
     )
+}
+
+// A mirrored header must be present and equal to its body value (-32020 otherwise).
+fn mirrored(headers: &HeaderMap, name: &str, label: &str, body: &str) -> Result<(), ProxyError> {
+    match header_str(headers, name) {
+        Some(v) if v == body => Ok(()),
+        Some(_) => Err(ProxyError::HeaderMismatch(format!(
+            "{label} does not match the body"
+        ))),
+        None => Err(ProxyError::HeaderMismatch(format!(
+            "missing {label} header"
+        ))),
+    }
 }
 
 fn target_of<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str> {

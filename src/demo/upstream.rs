@@ -69,24 +69,7 @@ impl DemoUpstream {
         let addr = listener.local_addr()?;
         let state = Arc::new(State::default());
         let st = Arc::clone(&state);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let st = Arc::clone(&st);
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        let st = Arc::clone(&st);
-                        async move { Ok::<_, Infallible>(handle(st, req).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
+        let task = serve(listener, st, handle);
         Ok(Self { addr, state, task })
     }
 
@@ -106,6 +89,38 @@ impl DemoUpstream {
             s.clear();
         }
     }
+}
+
+/// Serves HTTP on `listener` (no Nagle delay, like Node and asyncio servers), calling
+/// `handler(state, request)` for each request; used by the demo upstream and the test mock.
+pub fn serve<S, F, Fut>(
+    listener: TcpListener,
+    state: Arc<S>,
+    handler: F,
+) -> tokio::task::JoinHandle<()>
+where
+    S: Send + Sync + 'static,
+    F: Fn(Arc<S>, Request<Incoming>) -> Fut + Copy + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Body>> + Send + 'static,
+{
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let st = Arc::clone(&state);
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| {
+                    let st = Arc::clone(&st);
+                    async move { Ok::<_, Infallible>(handler(st, req).await) }
+                });
+                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    })
 }
 
 impl Drop for DemoUpstream {

@@ -97,7 +97,8 @@ def proxy_binary():
 
 class Proxy:
     def __init__(self, upstream_url, *extra):
-        self.proc = Proc([proxy_binary(), "--listen", "127.0.0.1:0", "--upstream", upstream_url, *extra],
+        cmd = [proxy_binary(), "--config", str(HERE / "proxy.toml"), "--listen", "127.0.0.1:0", "--upstream", upstream_url]
+        self.proc = Proc([*cmd, *extra],
                          env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         m = self.proc.wait_for(r"listening on (http://\S+)")
         self.url = m.group(1)

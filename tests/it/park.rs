@@ -86,7 +86,8 @@ async fn requests_on_call_stream_and_get_stream_are_batched_into_one_round() {
             done(),
         ]],
     );
-    let proxy = TestProxy::start(&mock.url(), "").await;
+    // A generous window: this test is about batching, not the default window on a busy CI box.
+    let proxy = TestProxy::start(&mock.url(), "[state]\ngather_window = \"250ms\"\n").await;
     let c = proxy.client(all_caps());
     let (r, state) = first_round(&c, "all", json!({})).await;
     let keys: Vec<_> = r["inputRequests"]

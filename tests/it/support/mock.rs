@@ -3,7 +3,6 @@
 //! recorded, and tests wait on it with [`Mock::wait_for`] (an event, not a sleep).
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,8 +11,6 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use mrtr_proxy::body::{empty, full, Body, ChannelBody};
 use mrtr_proxy::sse::encode_message;
 use serde_json::{json, Value};
@@ -70,25 +67,7 @@ impl Mock {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let st = Arc::clone(&state);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                // Like Node and asyncio servers: no Nagle delay on small SSE writes.
-                let _ = stream.set_nodelay(true);
-                let st = Arc::clone(&st);
-                tokio::spawn(async move {
-                    let svc = service_fn(move |req| {
-                        let st = Arc::clone(&st);
-                        async move { Ok::<_, Infallible>(handle(st, req).await) }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
-                });
-            }
-        });
+        let task = mrtr_proxy::demo::upstream::serve(listener, st, handle);
         Self { addr, state, task }
     }
 
