@@ -124,6 +124,17 @@ impl Session {
         Ok(session)
     }
 
+    // A request on this session: its id, negotiated version and the principal's header.
+    fn request_builder(&self, method: Method) -> http::request::Builder {
+        base_request(
+            &self.client,
+            method,
+            self.id.as_ref(),
+            Some(&self.version),
+            self.auth.as_ref(),
+        )
+    }
+
     /// The upstream's `InitializeResult`.
     pub fn init_result(&self) -> &Value {
         &self.init_result
@@ -169,15 +180,10 @@ impl Session {
         &self,
         body: Vec<u8>,
     ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
-        let req = base_request(
-            &self.client,
-            Method::POST,
-            self.id.as_ref(),
-            Some(&self.version),
-            self.auth.as_ref(),
-        )
-        .body(body::full(body))
-        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        let req = self
+            .request_builder(Method::POST)
+            .body(body::full(body))
+            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         let resp = self.client.send(req).await?;
         if resp.status() == StatusCode::NOT_FOUND && self.id.is_some() {
             self.mark_dead();
@@ -269,14 +275,7 @@ impl Session {
         if self.id.is_none() {
             return;
         }
-        let req = base_request(
-            &self.client,
-            Method::DELETE,
-            self.id.as_ref(),
-            Some(&self.version),
-            self.auth.as_ref(),
-        )
-        .body(body::empty());
+        let req = self.request_builder(Method::DELETE).body(body::empty());
         if let Ok(req) = req {
             if let Ok(resp) = self.client.send(req).await {
                 let _ = drain(resp).await;
@@ -370,15 +369,10 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
         if session.is_dead() {
             break;
         }
-        let req = base_request(
-            &session.client,
-            Method::GET,
-            session.id.as_ref(),
-            Some(&session.version),
-            session.auth.as_ref(),
-        )
-        .header(header::ACCEPT, "text/event-stream")
-        .body(body::empty());
+        let req = session
+            .request_builder(Method::GET)
+            .header(header::ACCEPT, "text/event-stream")
+            .body(body::empty());
         let Ok(req) = req else { break };
         let client = session.client.clone();
         drop(session);
