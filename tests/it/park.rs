@@ -90,21 +90,27 @@ async fn requests_on_call_stream_and_get_stream_are_batched_into_one_round() {
     let proxy = TestProxy::start(&mock.url(), "[state]\ngather_window = \"250ms\"\n").await;
     let c = proxy.client(all_caps());
     let (r, state) = first_round(&c, "all", json!({})).await;
-    let keys: Vec<_> = r["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .cloned()
-        .collect();
-    assert_eq!(keys.len(), 3, "{keys:?}");
-    assert_eq!(
-        r["inputRequests"]["roots-3"],
-        json!({"method":"roots/list"})
+    let requests = r["inputRequests"].as_object().unwrap();
+    assert_eq!(requests.len(), 3, "{requests:?}");
+    // Keys are numbered in arrival order, and the call stream and the GET stream race: find each
+    // by its kind's prefix rather than by number.
+    let key_of = |prefix: &str| {
+        requests
+            .keys()
+            .find(|k| k.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} key in {requests:?}"))
+            .clone()
+    };
+    let (elicitation, sampling, roots) = (
+        key_of("elicitation-"),
+        key_of("sampling-"),
+        key_of("roots-"),
     );
+    assert_eq!(requests[&roots], json!({"method":"roots/list"}));
     let answers = json!({
-        "elicitation-1": accept("A"),
-        "sampling-2": {"role":"assistant","content":{"type":"text","text":"s"},"model":"m"},
-        "roots-3": {"roots":[{"uri":"file:///r"}]},
+        elicitation: accept("A"),
+        sampling: {"role":"assistant","content":{"type":"text","text":"s"},"model":"m"},
+        roots: {"roots":[{"uri":"file:///r"}]},
         "unknown-key": {"ignored": true},
     });
     let ex = retry(&c, "all", json!({}), answers, &state).await;
