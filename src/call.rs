@@ -28,6 +28,7 @@ use crate::metrics::Metrics;
 use crate::parked::Resume;
 use crate::rewrite::{self, RewriteCtx};
 use crate::server::App;
+use crate::state_token::TokenError;
 use crate::upstream::{Lease, MessageStream, UpstreamError};
 
 mod leg;
@@ -121,6 +122,11 @@ impl Call {
             self.fail(e).await;
             return;
         }
+        self.event_loop().await;
+        self.turn_away_queued_retries().await;
+    }
+
+    async fn event_loop(&mut self) {
         loop {
             let ev = self.next_event().await;
             let step = match ev {
@@ -152,7 +158,7 @@ impl Call {
                     Metrics::inc(&self.app.metrics.expired);
                     if let Some(p) = &mut self.park {
                         p.guard
-                            .set_reason("the call expired before the client answered");
+                            .retire("the call expired before the client answered");
                     }
                     self.cancel_upstream("the client did not answer in time")
                         .await;
@@ -177,12 +183,15 @@ impl Call {
             Some(p) if parked => (Some(&mut p.commands), Some(p.deadline)),
             _ => (None, None),
         };
+        // Biased: a retry already claimed (its token checked) is served before a deadline that
+        // fires in the same instant.
         tokio::select! {
+            biased;
+            r = async { match commands { Some(c) => c.recv().await, None => std::future::pending().await } } => Event::Resume(r),
             m = async { match stream { Some(s) => s.next().await, None => std::future::pending().await } } => Event::Upstream(m),
             Some(b) = inbox.recv() => Event::Inbox(b),
             () = async { match leg { Some(l) => l.tx.closed().await, None => std::future::pending().await } } => Event::ClientGone,
             () = async { match gather { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::GatherDone,
-            r = async { match commands { Some(c) => c.recv().await, None => std::future::pending().await } } => Event::Resume(r),
             () = async { match deadline { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::Expired,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
         }
@@ -376,9 +385,32 @@ impl Call {
         }
     }
 
+    /// The call is over: a retry that claimed it but was not served yet (it raced the end) is
+    /// told why, instead of finding its response channel closed.
+    async fn turn_away_queued_retries(&mut self) {
+        let Some(park) = self.park.as_mut() else {
+            return;
+        };
+        park.guard.retire("the call ended");
+        park.commands.close();
+        let reason = park
+            .guard
+            .retired_because()
+            .unwrap_or("the call ended")
+            .to_owned();
+        while let Ok(r) = park.commands.try_recv() {
+            let err = ProxyError::from(TokenError::Gone(reason.clone()));
+            let _ = r
+                .leg
+                .tx
+                .send(LegEvent::Done(Outcome::error(&err, &r.leg.id)))
+                .await;
+        }
+    }
+
     async fn shut_down(&mut self) -> Step {
         if let Some(p) = &mut self.park {
-            p.guard.set_reason("the proxy shut down");
+            p.guard.retire("the proxy shut down");
         }
         self.cancel_upstream("the proxy is shutting down").await;
         self.fail(ProxyError::Overloaded("the proxy is shutting down".into()))
@@ -401,8 +433,7 @@ impl Call {
             None => {
                 // Parked and the upstream died: the entry goes, a late retry learns why.
                 if let Some(p) = &mut self.park {
-                    p.guard
-                        .set_reason(format!("the upstream call failed ({err})"));
+                    p.guard.retire(format!("the upstream call failed ({err})"));
                 }
                 if let Some(l) = self.lease.as_mut() {
                     l.poison();

@@ -60,13 +60,14 @@ struct Round {
     pending: Vec<(String, InputKind)>,
 }
 
-/// Held by the call actor; removing the entry when dropped.
+/// Held by the call actor; retiring the entry when dropped, if the actor did not first.
 #[derive(Debug)]
 pub struct ParkGuard {
     calls: Arc<ParkedCalls>,
     handle: String,
     entry: Arc<Parked>,
-    reason: String,
+    /// Why the entry was retired; `None` while it is live.
+    retired: Option<String>,
 }
 
 impl ParkedCalls {
@@ -133,7 +134,7 @@ impl ParkedCalls {
             calls: Arc::clone(self),
             handle,
             entry,
-            reason: "the call ended".into(),
+            retired: None,
         })
     }
 
@@ -217,19 +218,22 @@ impl ParkGuard {
         &self.handle
     }
 
-    /// What a late retry is told once this entry is gone.
-    pub fn set_reason(&mut self, reason: impl Into<String>) {
-        self.reason = reason.into();
-    }
-}
-
-impl Drop for ParkGuard {
-    fn drop(&mut self) {
-        let reason = std::mem::take(&mut self.reason);
+    /// Removes the entry now, leaving a tombstone that tells a late retry `reason`; from here on
+    /// no retry can claim the call. Only the first call counts.
+    pub fn retire(&mut self, reason: impl Into<String>) {
+        if self.retired.is_some() {
+            return;
+        }
+        let reason = reason.into();
         let until = Instant::now() + self.calls.tombstone_ttl;
-        self.calls
-            .map
-            .insert(self.handle.clone(), Slot::Gone { reason, until });
+        self.calls.map.insert(
+            self.handle.clone(),
+            Slot::Gone {
+                reason: reason.clone(),
+                until,
+            },
+        );
+        self.retired = Some(reason);
         if self.calls.total.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.calls.emptied.notify_waiters();
         }
@@ -246,5 +250,75 @@ impl Drop for ParkGuard {
                 .per_principal
                 .remove_if(principal, |_, n| *n == 0);
         }
+    }
+
+    /// Why the entry was retired, once it was.
+    pub fn retired_because(&self) -> Option<&str> {
+        self.retired.as_deref()
+    }
+}
+
+impl Drop for ParkGuard {
+    fn drop(&mut self) {
+        self.retire("the call ended");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claims(h: &str, jti: &str) -> Claims {
+        Claims {
+            h: h.into(),
+            iss: "i".into(),
+            sub: "p".into(),
+            req: "r".into(),
+            rnd: 1,
+            iat: 0,
+            exp: u64::MAX,
+            jti: jti.into(),
+        }
+    }
+
+    #[test]
+    fn a_claim_is_single_use_and_checks_principal_and_request() {
+        let calls = ParkedCalls::new(10, 10, Duration::from_secs(60));
+        let (tx, _rx) = mpsc::channel(1);
+        let guard = calls.register("h".into(), "p", "r", tx).unwrap();
+        guard.open_round("j1", vec![("elicitation-1".into(), InputKind::Elicitation)]);
+        let none = Map::new();
+        let mut other = claims("h", "j1");
+        other.sub = "q".into();
+        assert!(calls.claim(&other, &none).is_err());
+        assert!(calls.claim(&claims("h", "j0"), &none).is_err(), "stale jti");
+        assert!(calls.claim(&claims("h", "j1"), &none).is_ok());
+        assert!(matches!(
+            calls.claim(&claims("h", "j1"), &none),
+            Err(ProxyError::State(TokenError::AlreadyUsed))
+        ));
+    }
+
+    #[test]
+    fn retiring_closes_the_entry_at_once_and_counts_it_once() {
+        let calls = ParkedCalls::new(10, 10, Duration::from_secs(60));
+        let (tx, _rx) = mpsc::channel(1);
+        let mut guard = calls.register("h".into(), "p", "r", tx).unwrap();
+        guard.open_round("j1", Vec::new());
+        assert_eq!(calls.len(), 1);
+        guard.retire("the call expired");
+        guard.retire("a second reason is ignored");
+        assert_eq!(calls.len(), 0);
+        match calls.claim(&claims("h", "j1"), &Map::new()) {
+            Err(ProxyError::State(TokenError::Gone(why))) => assert_eq!(why, "the call expired"),
+            other => panic!("{other:?}"),
+        }
+        drop(guard);
+        assert_eq!(
+            calls.len(),
+            0,
+            "dropping a retired guard does not count it again"
+        );
+        assert!(calls.per_principal.get("p").is_none());
     }
 }

@@ -3,7 +3,6 @@
 //! Legacy traffic leaves at `classify` for the byte relay.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
@@ -191,7 +190,7 @@ async fn resume(
     };
     let claims = app
         .tokens
-        .verify(token, &principal, &digest, SystemTime::now())
+        .verify(token, &principal, &digest, app.tokens.now())
         .inspect_err(|_| Metrics::inc(&app.metrics.rejected_states))?;
     let answers: Map<String, Value> = match req.params.get("inputResponses") {
         None => Map::new(),

@@ -63,6 +63,10 @@ pub struct TokenCodec {
     decoding: DecodingKey,
     issuer: String,
     ttl: Duration,
+    /// Wall time at construction, and tokio's clock at the same moment: `now()` is the first
+    /// plus the tokio time since the second, so a paused test runtime moves token expiry and
+    /// parked-call deadlines (tokio timers) together.
+    anchor: (SystemTime, tokio::time::Instant),
 }
 
 impl std::fmt::Debug for TokenCodec {
@@ -82,7 +86,13 @@ impl TokenCodec {
             decoding: DecodingKey::from_secret(secret.expose()),
             issuer,
             ttl,
+            anchor: (SystemTime::now(), tokio::time::Instant::now()),
         }
+    }
+
+    /// The time tokens are minted and checked against (see `anchor`).
+    pub fn now(&self) -> SystemTime {
+        self.anchor.0 + self.anchor.1.elapsed()
     }
 
     /// This instance's issuer id.

@@ -2,7 +2,6 @@
 //! key minting, parking with a fresh token) and resuming a parked call with the client's answers.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -137,7 +136,7 @@ impl Call {
             &self.spec.principal,
             &self.spec.request_digest,
             park.round,
-            SystemTime::now(),
+            tokens.now(),
         );
         let token = match tokens.sign(&claims) {
             Ok(t) => t,

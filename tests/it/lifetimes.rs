@@ -1,5 +1,7 @@
 //! Lifetimes and limits: TTL expiry, bounds, upstream death, client disconnects, session reuse.
 
+use std::time::Duration;
+
 use serde_json::json;
 
 use crate::support::mock::{Mock, Step};
@@ -29,10 +31,19 @@ async fn ttl_expiry_cancels_pending_requests_and_the_call_upstream() {
             Step::Reply(json!({})),
         ]],
     );
-    let proxy = TestProxy::start(&mock.url(), "[state]\nttl = \"1s\"\n").await;
+    let proxy = TestProxy::start(&mock.url(), "[state]\nttl = \"30s\"\n").await;
     let c = proxy.client(all_caps());
     let _ = first_round(&c, "ask", json!({})).await;
     assert_eq!(proxy.app.parked.len(), 1);
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(29)).await;
+    assert_eq!(
+        proxy.app.parked.len(),
+        1,
+        "still parked just before the TTL"
+    );
+    tokio::time::advance(Duration::from_secs(2)).await;
+    tokio::time::resume();
     let a = mock
         .wait_for("elicitation cancel", |m| {
             m["id"] == 1 && m.get("result").is_some()
