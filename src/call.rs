@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::config::CacheScope;
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
@@ -29,7 +30,7 @@ use crate::parked::Resume;
 use crate::rewrite::{self, RewriteCtx};
 use crate::server::App;
 use crate::state_token::TokenError;
-use crate::upstream::{Lease, MessageStream, UpstreamError};
+use crate::upstream::{Lease, ResponseStream, UpstreamError};
 
 mod leg;
 mod rounds;
@@ -66,6 +67,7 @@ pub fn spawn(app: Arc<App>, spec: CallSpec, first: Leg) {
             lease: None,
             upstream_id: 0,
             stream: None,
+            early_inbox: None,
             inbox_tx,
             inbox_rx,
             leg: Some(first),
@@ -88,7 +90,9 @@ struct Call {
     park: Option<Parking>,
     lease: Option<Lease>,
     upstream_id: i64,
-    stream: Option<MessageStream>,
+    stream: Option<ResponseStream>,
+    /// A GET-stream server request that arrived while the call waited for its response headers.
+    early_inbox: Option<Bytes>,
     inbox_tx: mpsc::UnboundedSender<Bytes>,
     inbox_rx: mpsc::UnboundedReceiver<Bytes>,
     leg: Option<Leg>,
@@ -172,6 +176,9 @@ impl Call {
     }
 
     async fn next_event(&mut self) -> Event {
+        if let Some(b) = self.early_inbox.take() {
+            return Event::Inbox(b);
+        }
         let stream = &mut self.stream;
         let inbox = &mut self.inbox_rx;
         let leg = &self.leg;
@@ -215,22 +222,38 @@ impl Call {
             let Some(lease) = self.lease.as_mut() else {
                 continue;
             };
-            match lease
+            let (id, headers) = lease
                 .session()
-                .request(&self.spec.method, &self.spec.upstream_params)
-                .await
-            {
-                Ok((id, stream)) => {
-                    self.upstream_id = id;
-                    self.stream = Some(stream);
+                .start_request(&self.spec.method, &self.spec.upstream_params);
+            let mut headers = Box::pin(headers);
+            let leg = &self.leg;
+            let header_timeout = self.app.pool.client().timeout();
+            let early = tokio::select! {
+                r = &mut headers => Err(r),
+                () = tokio::time::sleep(header_timeout) => Err(Err(UpstreamError::Timeout)),
+                Some(b) = self.inbox_rx.recv() => Ok(Some(b)),
+                () = async { match leg { Some(l) => l.tx.closed().await, None => std::future::pending().await } } => Ok(None),
+            };
+            self.upstream_id = id;
+            match early {
+                // Asked for input (or abandoned by the client) before the response headers came:
+                // a JSON-mode upstream holds them until it is done. The upstream has the request;
+                // keep waiting for the headers in the event loop, next to everything else.
+                Ok(first) => {
+                    self.early_inbox = first;
+                    self.stream = Some(ResponseStream::Pending(headers));
+                    return Ok(());
+                }
+                Err(Ok(stream)) => {
+                    self.stream = Some(ResponseStream::Ready(stream));
                     return Ok(());
                 }
                 // The upstream forgot the session before seeing the request: safe to retry once.
-                Err(UpstreamError::SessionGone) if attempt == 0 => {
+                Err(Err(UpstreamError::SessionGone)) if attempt == 0 => {
                     lease.poison();
                     self.lease = None;
                 }
-                Err(e) => return Err(e.into()),
+                Err(Err(e)) => return Err(e.into()),
             }
         }
         Err(UpstreamError::SessionGone.into())
@@ -311,10 +334,20 @@ impl Call {
             .lease
             .as_ref()
             .and_then(|l| l.session().init_result().get("serverInfo"));
+        // The result of a retry that carried inputResponses must not be cached (caching26).
+        let resumed = self.park.is_some();
         let ctx = RewriteCtx {
             server_info: info,
-            ttl_ms: self.app.config.cache_ttl_ms,
-            scope: self.app.config.cache_scope,
+            ttl_ms: if resumed {
+                0
+            } else {
+                self.app.config.cache_ttl_ms
+            },
+            scope: if resumed {
+                CacheScope::Private
+            } else {
+                self.app.config.cache_scope
+            },
         };
         let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
         Outcome {

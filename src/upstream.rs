@@ -1,6 +1,8 @@
 //! Talking to the legacy upstream: the HTTP client, the reader that turns a JSON or SSE response
 //! body into JSON-RPC messages, and (in submodules) legacy sessions and their pool.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -97,10 +99,75 @@ impl UpstreamClient {
     /// # Errors
     /// [`UpstreamError::Connect`] or [`UpstreamError::Timeout`].
     pub async fn send(&self, req: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        match tokio::time::timeout(self.timeout, self.http.request(req)).await {
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(UpstreamError::Connect(e.to_string())),
+        match tokio::time::timeout(self.timeout, self.send_untimed(req)).await {
+            Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+
+    /// Sends a request with only the connect timeout; the caller bounds the wait for headers.
+    ///
+    /// # Errors
+    /// [`UpstreamError::Connect`].
+    pub async fn send_untimed(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        self.http
+            .request(req)
+            .await
+            .map_err(|e| UpstreamError::Connect(e.to_string()))
+    }
+
+    /// The configured connect + response-header timeout.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}
+
+/// The response to a request whose headers may still be on the way, then its messages.
+///
+/// A JSON-mode upstream sends no headers until the request is done, and may meanwhile ask for
+/// input on the session's GET stream; the call actor must keep serving that stream while it
+/// waits, so the wait lives here, polled with everything else (cancel-safe: the pending future
+/// is kept across polls).
+pub enum ResponseStream {
+    /// Headers not yet received.
+    Pending(Pin<Box<dyn Future<Output = Result<MessageStream, UpstreamError>> + Send>>),
+    /// Reading the body.
+    Ready(MessageStream),
+    /// Ended by an error while waiting for the headers.
+    Failed,
+}
+
+impl std::fmt::Debug for ResponseStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pending(_) => f.write_str("ResponseStream::Pending"),
+            Self::Ready(s) => f.debug_tuple("ResponseStream::Ready").field(s).finish(),
+            Self::Failed => f.write_str("ResponseStream::Failed"),
+        }
+    }
+}
+
+impl ResponseStream {
+    /// The next message, `None` at the end of the body.
+    ///
+    /// # Errors
+    /// As [`MessageStream::next`], plus the errors of waiting for the headers.
+    pub async fn next(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        loop {
+            match self {
+                Self::Pending(headers) => match headers.as_mut().await {
+                    Ok(stream) => *self = Self::Ready(stream),
+                    Err(e) => {
+                        *self = Self::Failed;
+                        return Some(Err(e));
+                    }
+                },
+                Self::Ready(stream) => return stream.next().await,
+                Self::Failed => return None,
+            }
         }
     }
 }

@@ -158,7 +158,15 @@ impl Call {
             .iter()
             .map(|p| (p.key.clone(), p.embedded.clone()))
             .collect();
-        let result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": token});
+        let mut result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": token});
+        // Every result SHOULD name the server in `_meta`, interim ones too.
+        if let Some(info) = self
+            .lease
+            .as_ref()
+            .and_then(|l| l.session().init_result().get("serverInfo"))
+        {
+            result["_meta"] = json!({ "io.modelcontextprotocol/serverInfo": info });
+        }
         let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
         tracing::debug!(round = park.round, keys = self.pending.len(), "parked call");
         Metrics::inc(&self.app.metrics.rounds);

@@ -180,11 +180,23 @@ impl Session {
         &self,
         body: Vec<u8>,
     ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+        self.post_with(body, true).await
+    }
+
+    async fn post_with(
+        &self,
+        body: Vec<u8>,
+        header_timeout: bool,
+    ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
         let req = self
             .request_builder(Method::POST)
             .body(body::full(body))
             .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-        let resp = self.client.send(req).await?;
+        let resp = if header_timeout {
+            self.client.send(req).await?
+        } else {
+            self.client.send_untimed(req).await?
+        };
         if resp.status() == StatusCode::NOT_FOUND && self.id.is_some() {
             self.mark_dead();
             return Err(UpstreamError::SessionGone);
@@ -198,27 +210,47 @@ impl Session {
     /// As [`Session::post`]; other non-2xx statuses whose body is not JSON-RPC give
     /// [`UpstreamError::Status`].
     pub async fn request(
-        &self,
+        self: &Arc<Self>,
         method: &str,
         params: &Value,
     ) -> Result<(i64, MessageStream), UpstreamError> {
-        let id = self.next_id();
-        let resp = self
-            .post(jsonrpc::request_bytes(id, method, params))
-            .await?;
-        let status = resp.status();
-        let is_json = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                v.starts_with("application/json") || v.starts_with("text/event-stream")
-            });
-        // A JSON-RPC error body on a 4xx/5xx is still a usable answer; anything else is not.
-        if !status.is_success() && !is_json {
-            return Err(UpstreamError::Status(status));
+        let (id, headers) = self.start_request(method, params);
+        match tokio::time::timeout(self.client.timeout(), headers).await {
+            Ok(stream) => Ok((id, stream?)),
+            Err(_) => Err(UpstreamError::Timeout),
         }
-        Ok((id, MessageStream::new(resp, self.client.max_event_bytes())))
+    }
+
+    /// Starts a request: its id now, and a future of its response's message stream that
+    /// resolves once the upstream sends headers (the errors of [`Session::request`]). The wait
+    /// for headers is not bounded here: the caller decides (see `call`).
+    pub fn start_request(
+        self: &Arc<Self>,
+        method: &str,
+        params: &Value,
+    ) -> (
+        i64,
+        impl std::future::Future<Output = Result<MessageStream, UpstreamError>> + Send + 'static,
+    ) {
+        let id = self.next_id();
+        let body = jsonrpc::request_bytes(id, method, params);
+        let session = Arc::clone(self);
+        (id, async move {
+            let resp = session.post_with(body, false).await?;
+            let status = resp.status();
+            let is_json = resp
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| {
+                    v.starts_with("application/json") || v.starts_with("text/event-stream")
+                });
+            // A JSON-RPC error body on a 4xx/5xx is still a usable answer; anything else is not.
+            if !status.is_success() && !is_json {
+                return Err(UpstreamError::Status(status));
+            }
+            Ok(MessageStream::new(resp, session.client.max_event_bytes()))
+        })
     }
 
     /// Sends a notification and drains the (202) answer.

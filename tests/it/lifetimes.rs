@@ -151,7 +151,19 @@ async fn upstream_death_while_resuming_is_a_502_error() {
 
 #[tokio::test]
 async fn a_client_closing_the_stream_cancels_upstream() {
+    client_close_cancels_upstream(false).await;
+}
+
+#[tokio::test]
+async fn a_client_closing_the_stream_cancels_a_json_mode_upstream_before_its_headers() {
+    client_close_cancels_upstream(true).await;
+}
+
+async fn client_close_cancels_upstream(json_mode: bool) {
     let mock = Mock::start().await;
+    if json_mode {
+        mock.json_mode();
+    }
     mock.script("forever", vec![vec![Step::Hang]]);
     let proxy = TestProxy::start(&mock.url(), "[server]\nkeepalive = \"50ms\"\n").await;
     let c = proxy.client(json!({}));

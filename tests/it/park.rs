@@ -1,5 +1,7 @@
 //! Park and resume: inline server requests become input_required rounds and back.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use crate::support::mock::{Mock, Step};
@@ -25,6 +27,22 @@ fn done() -> Step {
     Step::Reply(json!({"content":[{"type":"text","text":"finished"}]}))
 }
 
+/// The message of elicitation `key` in an `input_required` result.
+fn message_of<'a>(r: &'a Value, key: &str) -> &'a Value {
+    &r["inputRequests"][key]["params"]["message"]
+}
+
+/// Retries `tool` (no arguments) answering elicitation `key` with `accept(name)`.
+async fn accept_as(
+    c: &mrtr_proxy::demo::client::ModernClient,
+    tool: &str,
+    key: &str,
+    name: &str,
+    state: &str,
+) -> mrtr_proxy::demo::client::Exchange {
+    retry(c, tool, json!({}), json!({ key: accept(name) }), state).await
+}
+
 fn accept(name: &str) -> Value {
     json!({"action":"accept","content":{"name":name}})
 }
@@ -48,17 +66,14 @@ async fn one_round_embeds_the_modern_shape_and_resumes() {
     );
     assert_eq!(req["params"]["message"], "Name?");
     assert!(
+        r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"].is_string(),
+        "interim results name the server too: {r}"
+    );
+    assert!(
         !state.contains("mock-"),
         "no upstream session id in the token"
     );
-    let ex = retry(
-        &c,
-        "ask",
-        json!({}),
-        json!({"elicitation-1": accept("Ada")}),
-        &state,
-    )
-    .await;
+    let ex = accept_as(&c, "ask", "elicitation-1", "Ada", &state).await;
     assert_eq!(ex.result()["resultType"], "complete");
     assert_eq!(ex.result()["content"][0]["text"], "finished");
     assert_eq!(ex.last["id"], 2, "the final answer carries the retry's id");
@@ -122,6 +137,42 @@ async fn requests_on_call_stream_and_get_stream_are_batched_into_one_round() {
 }
 
 #[tokio::test]
+async fn a_json_mode_upstream_asking_on_the_get_stream_parks_too() {
+    // A JSON-response-mode upstream sends no headers until the call is done; its input request
+    // comes on the GET stream meanwhile. The header timeout must not end the parked call.
+    let mock = Mock::start().await;
+    mock.json_mode();
+    mock.script(
+        "ask",
+        vec![vec![
+            Step::SendOnGet(
+                json!({"jsonrpc":"2.0","id":4,"method":"elicitation/create","params":{"message":"Name?","requestedSchema":{"type":"object","properties":{}}}}),
+            ),
+            Step::Await(4),
+            done(),
+        ]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "timeout = \"2s\"\n").await;
+    let c = proxy.client(all_caps());
+    let (r, state) = first_round(&c, "ask", json!({})).await;
+    assert_eq!(
+        r["inputRequests"]["elicitation-1"]["params"]["message"],
+        "Name?"
+    );
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(3)).await;
+    tokio::time::resume();
+    let ex = accept_as(&c, "ask", "elicitation-1", "Ada", &state).await;
+    assert!(
+        ex.content_type.starts_with("application/json"),
+        "{}",
+        ex.content_type
+    );
+    assert_eq!(ex.result()["content"][0]["text"], "finished");
+    assert_eq!(mock.answers_to(4)[0]["result"], accept("Ada"));
+}
+
+#[tokio::test]
 async fn multi_round_calls_get_a_fresh_state_each_round() {
     let mock = Mock::start().await;
     mock.script(
@@ -137,34 +188,14 @@ async fn multi_round_calls_get_a_fresh_state_each_round() {
     let proxy = TestProxy::start(&mock.url(), "").await;
     let c = proxy.client(all_caps());
     let (r1, s1) = first_round(&c, "two", json!({})).await;
-    assert_eq!(
-        r1["inputRequests"]["elicitation-1"]["params"]["message"],
-        "first"
-    );
-    let ex = retry(
-        &c,
-        "two",
-        json!({}),
-        json!({"elicitation-1": accept("a")}),
-        &s1,
-    )
-    .await;
+    assert_eq!(message_of(&r1, "elicitation-1"), "first");
+    let ex = accept_as(&c, "two", "elicitation-1", "a", &s1).await;
     let r2 = ex.result();
     assert_eq!(r2["resultType"], "input_required");
-    assert_eq!(
-        r2["inputRequests"]["elicitation-2"]["params"]["message"],
-        "second"
-    );
+    assert_eq!(message_of(&r2, "elicitation-2"), "second");
     let s2 = r2["requestState"].as_str().unwrap();
     assert_ne!(s1, s2);
-    let ex = retry(
-        &c,
-        "two",
-        json!({}),
-        json!({"elicitation-2": accept("b")}),
-        s2,
-    )
-    .await;
+    let ex = accept_as(&c, "two", "elicitation-2", "b", s2).await;
     assert_eq!(ex.result()["content"][0]["text"], "finished");
 }
 
@@ -184,14 +215,7 @@ async fn missing_answers_are_asked_again_with_the_same_key() {
     let proxy = TestProxy::start(&mock.url(), "").await;
     let c = proxy.client(all_caps());
     let (_, s1) = first_round(&c, "pair", json!({})).await;
-    let ex = retry(
-        &c,
-        "pair",
-        json!({}),
-        json!({"elicitation-1": accept("a")}),
-        &s1,
-    )
-    .await;
+    let ex = accept_as(&c, "pair", "elicitation-1", "a", &s1).await;
     let r = ex.result();
     assert_eq!(r["resultType"], "input_required");
     assert_eq!(
@@ -234,14 +258,7 @@ async fn malformed_input_responses_are_32602_and_the_call_stays_parked() {
         mock.answers_to(1).is_empty(),
         "nothing malformed went upstream"
     );
-    let ex = retry(
-        &c,
-        "ask",
-        json!({}),
-        json!({"elicitation-1": accept("ok")}),
-        &state,
-    )
-    .await;
+    let ex = accept_as(&c, "ask", "elicitation-1", "ok", &state).await;
     assert_eq!(
         ex.result()["content"][0]["text"],
         "finished",
@@ -412,7 +429,11 @@ async fn prompts_and_resources_park_too() {
     let up = mrtr_proxy::demo::upstream::DemoUpstream::start()
         .await
         .unwrap();
-    let proxy = TestProxy::start(&up.url(), "").await;
+    let proxy = TestProxy::start(
+        &up.url(),
+        "[results]\nttl_ms = 60000\ncache_scope = \"public\"\n",
+    )
+    .await;
     let c = proxy.client(all_caps());
     let ex = c
         .request("prompts/get", json!({"name":"greeting"}))
@@ -439,5 +460,14 @@ async fn prompts_and_resources_park_too() {
     let state = ex.result()["requestState"].as_str().unwrap().to_owned();
     let ex = c.request("resources/read", json!({"uri":"demo://secret","inputResponses":{key: accept("Cy")},"requestState":state})).await.unwrap();
     assert_eq!(ex.result()["contents"][0]["text"], "secret for Cy");
+    // The result of a retry that carried inputResponses must not be cached.
+    assert_eq!(ex.result()["ttlMs"], 0);
     assert_eq!(ex.result()["cacheScope"], "private");
+    // A read that needed no input keeps the configured hints.
+    let ex = c
+        .request("resources/read", json!({"uri":"demo://motd"}))
+        .await
+        .unwrap();
+    assert_eq!(ex.result()["ttlMs"], 60000);
+    assert_eq!(ex.result()["cacheScope"], "public");
 }

@@ -290,12 +290,7 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
         _ => vec![Step::Reply(json!({}))],
     };
     if st.json_mode.load(Ordering::Relaxed) {
-        if let Some(Step::Reply(r)) = script.first() {
-            let mut resp = Response::new(full(reply(r.clone()).to_string()));
-            resp.headers_mut()
-                .insert("content-type", HeaderValue::from_static("application/json"));
-            return resp;
-        }
+        return json_mode_call(&st, sid.unwrap_or_default(), id, script).await;
     }
     let (tx, body) = ChannelBody::channel(16);
     let sid = sid.unwrap_or_default();
@@ -311,19 +306,8 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
                         return;
                     }
                 }
-                Step::SendOnGet(m) => {
-                    let get = st.get_streams.lock().unwrap().get(&sid).cloned();
-                    if let Some(g) = get {
-                        let _ = g.send(encode_message(m.to_string().as_bytes())).await;
-                    }
-                }
-                Step::Await(rid) => loop {
-                    let notified = st.changed.notified();
-                    if answered(&st, &sid, rid) {
-                        break;
-                    }
-                    notified.await;
-                },
+                Step::SendOnGet(m) => send_on_get(&st, &sid, &m).await,
+                Step::Await(rid) => await_answer(&st, &sid, rid).await,
                 Step::Reply(r) => {
                     let _ = tx
                         .send(encode_message(reply(r).to_string().as_bytes()))
@@ -345,6 +329,55 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
         }
     });
     sse(body)
+}
+
+/// Like the SDKs in JSON-response mode: nothing can go on the call's own stream (those messages
+/// are dropped), the GET stream still works, and the response, headers and all, comes only when
+/// the script is done.
+async fn json_mode_call(st: &State, sid: String, id: Value, script: Vec<Step>) -> Response<Body> {
+    let mut last = None;
+    for step in script {
+        match step {
+            Step::Send(_) => {}
+            Step::SendOnGet(m) => send_on_get(st, &sid, &m).await,
+            Step::Await(rid) => await_answer(st, &sid, rid).await,
+            Step::Reply(r) => {
+                last = Some(json!({"jsonrpc":"2.0","id":id,"result":r}));
+                break;
+            }
+            Step::Error(e) => {
+                last = Some(json!({"jsonrpc":"2.0","id":id,"error":e}));
+                break;
+            }
+            Step::Delay(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Step::Die => break,
+            Step::Hang => std::future::pending::<()>().await,
+        }
+    }
+    let Some(last) = last else {
+        return status(StatusCode::INTERNAL_SERVER_ERROR);
+    };
+    let mut resp = Response::new(full(last.to_string()));
+    resp.headers_mut()
+        .insert("content-type", HeaderValue::from_static("application/json"));
+    resp
+}
+
+async fn send_on_get(st: &State, sid: &str, m: &Value) {
+    let get = st.get_streams.lock().unwrap().get(sid).cloned();
+    if let Some(g) = get {
+        let _ = g.send(encode_message(m.to_string().as_bytes())).await;
+    }
+}
+
+async fn await_answer(st: &State, sid: &str, id: i64) {
+    loop {
+        let notified = st.changed.notified();
+        if answered(st, sid, id) {
+            return;
+        }
+        notified.await;
+    }
 }
 
 fn answered(st: &State, sid: &str, id: i64) -> bool {
