@@ -118,10 +118,14 @@ def start_py_upstream():
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
-def start_ts_upstream():
-    proc = Proc([NODE, str(HERE / "servers" / "ts_legacy_server.mjs")], cwd=str(HERE))
+def start_ts_upstream(*flags):
+    proc = Proc([NODE, str(HERE / "servers" / "ts_legacy_server.mjs"), *flags], cwd=str(HERE))
     port = proc.wait_for(r"READY (\d+)").group(1)
     return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+def start_ts_json_upstream():
+    return start_ts_upstream("--json")
 
 
 def start_everything_upstream():
@@ -132,7 +136,12 @@ def start_everything_upstream():
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
-UPSTREAMS = {"py": start_py_upstream, "ts": start_ts_upstream, "everything": start_everything_upstream}
+UPSTREAMS = {
+    "py": start_py_upstream,
+    "ts": start_ts_upstream,
+    "ts-json": start_ts_json_upstream,
+    "everything": start_everything_upstream,
+}
 
 
 @pytest.fixture(scope="module")

@@ -192,7 +192,7 @@ async fn multi_round_calls_get_a_fresh_state_each_round() {
     let ex = accept_as(&c, "two", "elicitation-1", "a", &s1).await;
     let r2 = ex.result();
     assert_eq!(r2["resultType"], "input_required");
-    assert_eq!(message_of(&r2, "elicitation-2"), "second");
+    assert_eq!(message_of(r2, "elicitation-2"), "second");
     let s2 = r2["requestState"].as_str().unwrap();
     assert_ne!(s1, s2);
     let ex = accept_as(&c, "two", "elicitation-2", "b", s2).await;

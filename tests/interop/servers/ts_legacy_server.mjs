@@ -1,6 +1,9 @@
 // A legacy (2025-11-25) MCP server on the official TypeScript SDK (@modelcontextprotocol/sdk 1.32.2),
 // one McpServer per session, the usual express wiring. Server requests made with relatedRequestId go
-// on the call's POST stream. Binds 127.0.0.1:0 and prints `READY <port>` once listening.
+// on the call's POST stream; `ask_name_standalone` makes one without it, which the SDK sends on the
+// session's GET stream. With `--json` the transport answers in JSON-response mode (enableJsonResponse:
+// no SSE on POSTs, so only standalone requests can reach the client). Binds 127.0.0.1:0 and prints
+// `READY <port>` once listening.
 import { randomUUID } from 'node:crypto';
 import express from 'express';
 import { z } from 'zod';
@@ -41,6 +44,10 @@ function build() {
     return text(`done after ${steps} steps`);
   });
   server.registerTool('ask_name', { description: 'Elicits a name once' }, async (extra) => text(`Hello, ${await askName(extra, 'What is your name?')}!`));
+  server.registerTool('ask_name_standalone', { description: 'Elicits a name on the GET stream' }, async () => {
+    const r = await raw.elicitInput({ message: 'Standalone: your name?', requestedSchema: nameSchema });
+    return text(`Hello, ${r.action === 'accept' ? r.content.name : `<${r.action}>`}!`);
+  });
   server.registerTool('summarize', { description: 'Samples a summary', inputSchema: { text: z.string() } }, async ({ text: t }, extra) =>
     text(`Summary: ${await sample(extra, t)}`),
   );
@@ -74,6 +81,7 @@ function build() {
   return server;
 }
 
+const jsonMode = process.argv.includes('--json');
 const app = express();
 app.use(express.json());
 const transports = new Map();
@@ -88,6 +96,7 @@ app.post('/mcp', async (req, res) => {
     }
     transport = new StreamableHTTPServerTransport({
       sessionIdGenerator: () => randomUUID(),
+      enableJsonResponse: jsonMode,
       onsessioninitialized: (id) => transports.set(id, transport),
     });
     transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
