@@ -276,6 +276,9 @@ impl Call {
             }
             Ok(Kind::Request) => self.on_server_request(msg).await,
             Ok(Kind::Notification) => {
+                if let Some(lease) = &self.lease {
+                    lease.session().publish_change(msg.method(), &bytes);
+                }
                 self.on_notification(&msg).await;
                 Step::Continue
             }

@@ -1,6 +1,11 @@
 //! `subscriptions/listen`: a POST whose SSE response stays open. It leases a dedicated upstream
 //! session, subscribes upstream to the requested resources, acknowledges, then relays list-changed
-//! and resource-updated notifications from that session's GET stream, tagged with the listen id.
+//! and resource-updated notifications, tagged with the listen id.
+//!
+//! Legacy servers notify changes per session, usually on the session where they happened (a tool
+//! that adds a tool notifies its caller's session). So a listen stream takes changes from *every*
+//! upstream session of its principal, not only its own; the same change seen on several sessions
+//! arrives more than once, which is harmless for these level-triggered notifications.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -47,15 +52,13 @@ pub async fn serve(
         .cloned()
         .unwrap_or(Value::Null);
     let wants = |k: &str| filter.get(k).and_then(Value::as_bool).unwrap_or(false);
-    let supports_list_changed = |k: &str| {
-        caps.get(k)
-            .and_then(|c| c.get("listChanged"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
-    };
-    let tools = wants("toolsListChanged") && supports_list_changed("tools");
-    let prompts = wants("promptsListChanged") && supports_list_changed("prompts");
-    let resources = wants("resourcesListChanged") && supports_list_changed("resources");
+    // Honoured for every list the upstream has, whether or not it advertises `listChanged`:
+    // legacy servers often notify without advertising it (Python FastMCP 1.x does), and relaying
+    // what comes costs nothing. A list the upstream does not have can never change.
+    let has_list = |k: &str| caps.get(k).is_some_and(Value::is_object);
+    let tools = wants("toolsListChanged") && has_list("tools");
+    let prompts = wants("promptsListChanged") && has_list("prompts");
+    let resources = wants("resourcesListChanged") && has_list("resources");
     let can_subscribe = caps
         .get("resources")
         .and_then(|r| r.get("subscribe"))
@@ -100,7 +103,7 @@ pub async fn serve(
         "notifications/subscriptions/acknowledged",
         &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": granted}),
     );
-    let mut events = session.subscribe();
+    let mut events = app.pool.subscribe_changes();
     let (tx, body) = ChannelBody::channel(16);
     let keepalive = app.config.keepalive;
     let uris: HashSet<String> = uris.into_iter().collect();
@@ -113,11 +116,15 @@ pub async fn serve(
         loop {
             tokio::select! {
                 ev = events.recv() => match ev {
-                    Ok(bytes) => {
-                        let Some(out) = tag(&bytes, &sub_id, tools, prompts, resources, &uris) else { continue };
+                    Ok(change) => {
+                        if *change.principal != *principal { continue; }
+                        let Some(out) = tag(&change.message, &sub_id, tools, prompts, resources, &uris) else { continue };
                         if tx.send(sse::encode_message(&out)).await.is_err() { return; }
                     }
-                    Err(RecvError::Lagged(_)) => continue,
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::debug!(skipped = n, "a listen stream fell behind the change feed");
+                        continue;
+                    }
                     Err(RecvError::Closed) => return,
                 },
                 _ = tick.tick() => {

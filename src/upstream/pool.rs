@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use http::HeaderValue;
 use serde_json::Value;
-use tokio::sync::Semaphore;
+use tokio::sync::{broadcast, Semaphore};
 
-use super::session::{legacy_capabilities, SessionParams};
+use super::session::{legacy_capabilities, Change, ChangeFeed, SessionParams};
 use super::{Session, UpstreamClient, UpstreamError};
 use crate::error::ProxyError;
 
@@ -49,7 +49,13 @@ pub struct SessionPool {
     idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>>>,
     permits: Arc<Semaphore>,
     ready: AtomicBool,
+    /// Change notifications from every session, for `subscriptions/listen`.
+    changes: broadcast::Sender<Change>,
 }
+
+/// How many change notifications a slow listen stream may fall behind before it skips some
+/// (list-changed notifications are level triggers: a skipped one is covered by a later one).
+const CHANGE_BACKLOG: usize = 1024;
 
 /// Exclusive use of one session; returned to the pool on drop.
 #[derive(Debug)]
@@ -70,7 +76,14 @@ impl SessionPool {
             idle: Mutex::new(HashMap::new()),
             permits,
             ready: AtomicBool::new(false),
+            changes: broadcast::channel(CHANGE_BACKLOG).0,
         })
+    }
+
+    /// Change notifications (list-changed, resource-updated) from every upstream session, each
+    /// with its session's principal digest.
+    pub fn subscribe_changes(&self) -> broadcast::Receiver<Change> {
+        self.changes.subscribe()
     }
 
     /// True once any `initialize` succeeded.
@@ -126,6 +139,10 @@ impl SessionPool {
             auth,
             protocol_version: self.cfg.protocol_version.clone(),
             default_roots: Arc::clone(&self.cfg.default_roots),
+            changes: ChangeFeed {
+                tx: self.changes.clone(),
+                principal: Arc::from(principal),
+            },
         };
         let session = Session::initialize(self.client.clone(), params, permit).await?;
         self.ready.store(true, Ordering::Relaxed);

@@ -33,7 +33,7 @@ pub struct Session {
     auth: Option<(http::HeaderName, HeaderValue)>,
     next_id: AtomicI64,
     inbox: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
-    notifications: broadcast::Sender<Bytes>,
+    changes: ChangeFeed,
     dead: AtomicBool,
     default_roots: Arc<Vec<Value>>,
     get_task: Mutex<Option<JoinHandle<()>>>,
@@ -52,6 +52,38 @@ pub struct SessionParams {
     pub protocol_version: String,
     /// Answer to unattributed `roots/list`.
     pub default_roots: Arc<Vec<Value>>,
+    /// Where this session's change notifications go.
+    pub changes: ChangeFeed,
+}
+
+/// A list-changed or resource-updated notification seen on some upstream session, with the
+/// principal (digest) that session belongs to.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// Principal digest of the session it came from.
+    pub principal: Arc<str>,
+    /// The notification as the upstream sent it.
+    pub message: Bytes,
+}
+
+/// One session's end of the pool-wide change channel.
+#[derive(Debug, Clone)]
+pub struct ChangeFeed {
+    /// The pool-wide channel.
+    pub tx: broadcast::Sender<Change>,
+    /// Principal digest of the session.
+    pub principal: Arc<str>,
+}
+
+/// Whether `method` is a change notification `subscriptions/listen` streams carry.
+pub fn is_change(method: &str) -> bool {
+    matches!(
+        method,
+        "notifications/tools/list_changed"
+            | "notifications/prompts/list_changed"
+            | "notifications/resources/list_changed"
+            | "notifications/resources/updated"
+    )
 }
 
 impl Session {
@@ -101,7 +133,6 @@ impl Session {
             .get("protocolVersion")
             .and_then(Value::as_str)
             .unwrap_or(&params.protocol_version);
-        let (notifications, _) = broadcast::channel(64);
         let session = Arc::new(Self {
             client,
             id,
@@ -110,7 +141,7 @@ impl Session {
             auth: params.auth,
             next_id: AtomicI64::new(1),
             inbox: Mutex::new(None),
-            notifications,
+            changes: params.changes,
             dead: AtomicBool::new(false),
             default_roots: params.default_roots,
             get_task: Mutex::new(None),
@@ -167,9 +198,16 @@ impl Session {
         }
     }
 
-    /// Notifications from the GET stream (list changes, resource updates).
-    pub fn subscribe(&self) -> broadcast::Receiver<Bytes> {
-        self.notifications.subscribe()
+    /// Publishes a change notification (whichever stream of this session it came on) to every
+    /// listen stream of this session's principal. Other notifications are ignored.
+    pub fn publish_change(&self, method: &str, message: &Bytes) {
+        if is_change(method) {
+            // No receiver (nobody listening) is not an error.
+            let _ = self.changes.tx.send(Change {
+                principal: Arc::clone(&self.changes.principal),
+                message: message.clone(),
+            });
+        }
     }
 
     /// POSTs a JSON-RPC message on this session.
@@ -345,9 +383,7 @@ impl Session {
                 }
                 self.answer_default(&msg).await;
             }
-            Ok(Kind::Notification) => {
-                let _ = self.notifications.send(bytes);
-            }
+            Ok(Kind::Notification) => self.publish_change(msg.method(), &bytes),
             _ => {}
         }
     }

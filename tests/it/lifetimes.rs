@@ -2,10 +2,10 @@
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::support::mock::{Mock, Step};
-use crate::support::{all_caps, error_of, first_round, retry, TestProxy};
+use crate::support::{all_caps, error_of, first_round, retry, Listener, TestProxy};
 
 fn elicit(id: i64) -> Step {
     Step::Send(
@@ -240,73 +240,91 @@ async fn idle_sessions_are_closed_with_delete() {
 async fn listen_acknowledges_then_relays_tagged_list_changes() {
     let mock = Mock::start().await;
     let proxy = TestProxy::start(&mock.url(), "").await;
-    let url = proxy.url();
-    let body = json!({"jsonrpc":"2.0","id":"sub-1","method":"subscriptions/listen","params":{"notifications":{"toolsListChanged":true,"promptsListChanged":true},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
-    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build::<_, mrtr_proxy::body::Body>(
-        hyper_util::client::legacy::connect::HttpConnector::new(),
-    );
-    let req = http::Request::post(url)
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "subscriptions/listen")
-        .header("content-type", "application/json")
-        .body(mrtr_proxy::body::full(body.to_string()))
-        .unwrap();
-    let resp = http.request(req).await.unwrap();
-    assert_eq!(resp.headers()["content-type"], "text/event-stream");
-    let mut body = resp.into_body();
-    let mut dec = mrtr_proxy::sse::SseDecoder::new(1 << 20);
-    let mut events = Vec::new();
-    let mut sent = false;
-    while events.len() < 2 {
-        let frame = tokio::time::timeout(
-            std::time::Duration::from_secs(10),
-            http_body_util::BodyExt::frame(&mut body),
-        )
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-        if let Ok(data) = frame.into_data() {
-            events.extend(
-                dec.feed(&data)
-                    .unwrap()
-                    .into_iter()
-                    .map(|e| serde_json::from_str::<serde_json::Value>(&e.data).unwrap()),
-            );
-        }
-        if !events.is_empty() && !sent {
-            mock.broadcast_on_get(
-                json!({"jsonrpc":"2.0","method":"notifications/resources/list_changed"}),
-            )
-            .await;
-            mock.broadcast_on_get(
-                json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}),
-            )
-            .await;
-            sent = true;
-        }
-    }
+    let filter = json!({"toolsListChanged":true,"promptsListChanged":true});
+    let mut listener = Listener::open(&proxy, "sub-1", filter, None).await;
+    let ack = listener.next().await;
+    assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
     assert_eq!(
-        events[0]["method"],
-        "notifications/subscriptions/acknowledged"
-    );
-    assert_eq!(
-        events[0]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         "sub-1"
     );
     assert_eq!(
-        events[0]["params"]["notifications"],
+        ack["params"]["notifications"],
         json!({"toolsListChanged": true}),
         "only what the upstream supports"
     );
+    mock.broadcast_on_get(json!({"jsonrpc":"2.0","method":"notifications/resources/list_changed"}))
+        .await;
+    mock.broadcast_on_get(json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}))
+        .await;
+    let ev = listener.next().await;
     assert_eq!(
-        events[1]["method"], "notifications/tools/list_changed",
+        ev["method"], "notifications/tools/list_changed",
         "unrequested kinds are filtered"
     );
     assert_eq!(
-        events[1]["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        ev["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
         "sub-1"
+    );
+}
+
+#[tokio::test]
+async fn a_change_on_a_call_session_reaches_listeners_of_that_principal_only() {
+    // Legacy servers notify a change on the session where it happened: here the call's own
+    // session, not the listen stream's. Listeners of the same principal must still see it.
+    let mock = Mock::start().await;
+    let changed = |m: Value| vec![Step::SendOnGet(m), Step::Reply(json!({"content":[]}))];
+    mock.script(
+        "add_tool",
+        vec![changed(
+            json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}),
+        )],
+    );
+    mock.script(
+        "touch",
+        vec![changed(
+            json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///x"}}),
+        )],
+    );
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let filter = json!({"toolsListChanged":true,"resourceSubscriptions":["file:///x"]});
+    let mut alice = Listener::open(&proxy, "a", filter.clone(), Some("Bearer alice")).await;
+    let mut bob = Listener::open(&proxy, "b", filter, Some("Bearer bob")).await;
+    for l in [&mut alice, &mut bob] {
+        assert_eq!(
+            l.next().await["method"],
+            "notifications/subscriptions/acknowledged"
+        );
+    }
+    let as_user = |who: &str| {
+        let mut c = proxy.client(json!({}));
+        c.headers
+            .push(("authorization".into(), format!("Bearer {who}")));
+        c
+    };
+    let call = |name: &str| json!({"name": name, "arguments": {}});
+    as_user("alice")
+        .request("tools/call", call("add_tool"))
+        .await
+        .unwrap();
+    let ev = alice.next().await;
+    assert_eq!(ev["method"], "notifications/tools/list_changed");
+    assert_eq!(
+        ev["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "a"
+    );
+    // Alice's change went out before Bob's: Bob's first event being his own proves he never got
+    // hers (one ordered channel feeds every listener).
+    as_user("bob")
+        .request("tools/call", call("touch"))
+        .await
+        .unwrap();
+    let ev = bob.next().await;
+    assert_eq!(ev["method"], "notifications/resources/updated", "{ev}");
+    assert_eq!(ev["params"]["uri"], "file:///x");
+    assert_eq!(
+        ev["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+        "b"
     );
 }
 

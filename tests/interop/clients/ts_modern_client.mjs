@@ -2,7 +2,9 @@
 // 2026-07-28 (no legacy fallback), auto-fulfilling input_required rounds through its handlers.
 // Usage: node ts_modern_client.mjs URL '<ops JSON>' ['<capabilities JSON>']
 // ops: [{"op":"callTool","name":..,"arguments":{..}} | {"op":"getPrompt",..} | {"op":"readResource","uri":..}
-//       | {"op":"listTools"} | {"op":"discover"} | {"op":"progress", ...callTool args}]
+//       | {"op":"listTools"} | {"op":"discover"} | {"op":"progress", ...callTool args}
+//       | {"op":"listen","filter":{..},"call":{"name":..,"arguments":{..}},"wait":"notifications/..."}]
+// listen: opens subscriptions/listen, makes the call, waits for the `wait` notification, closes.
 // Prints one JSON line: {"results":[...]} or {"error":"..."}; the handlers' calls are counted.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 
@@ -50,7 +52,14 @@ try {
       results.push({ result: r, progress });
     } else if (op.op === 'getPrompt') results.push(await client.getPrompt({ name: op.name, arguments: op.arguments ?? {} }));
     else if (op.op === 'readResource') results.push(await client.readResource({ uri: op.uri }));
-    else if (op.op === 'listTools') results.push(await client.listTools());
+    else if (op.op === 'listen') {
+      const seen = new Promise((resolve) => client.setNotificationHandler(op.wait, (n) => resolve(n)));
+      const sub = await client.listen(op.filter);
+      const call = await client.callTool({ name: op.call.name, arguments: op.call.arguments ?? {} });
+      const event = await seen;
+      await sub.close();
+      results.push({ honored: sub.honoredFilter, call, event });
+    } else if (op.op === 'listTools') results.push(await client.listTools());
     else if (op.op === 'listPrompts') results.push(await client.listPrompts());
     else if (op.op === 'listResources') results.push(await client.listResources());
     else if (op.op === 'discover') results.push({ version: client.getNegotiatedProtocolVersion?.(), server: client.getServerVersion(), capabilities: client.getServerCapabilities() });

@@ -47,6 +47,18 @@ async def echo(text: str) -> str:
 
 
 @mcp.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Registers a new tool and notifies the change (on the calling session only, as FastMCP does)."""
+
+    async def added() -> str:
+        return f"I am {name}"
+
+    mcp.add_tool(added, name=name, description="Added at run time")
+    await ctx.session.send_tool_list_changed()
+    return f"added {name}"
+
+
+@mcp.tool()
 async def progress(steps: int, ctx: Context) -> str:
     """Reports progress."""
     for i in range(1, steps + 1):

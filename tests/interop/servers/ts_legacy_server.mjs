@@ -48,6 +48,10 @@ function build() {
     const r = await raw.elicitInput({ message: 'Standalone: your name?', requestedSchema: nameSchema });
     return text(`Hello, ${r.action === 'accept' ? r.content.name : `<${r.action}>`}!`);
   });
+  server.registerTool('add_tool', { description: 'Registers a tool (the SDK notifies list_changed)', inputSchema: { name: z.string() } }, async ({ name }) => {
+    server.registerTool(name, { description: 'Added at run time' }, async () => text(`I am ${name}`));
+    return text(`added ${name}`);
+  });
   server.registerTool('summarize', { description: 'Samples a summary', inputSchema: { text: z.string() } }, async ({ text: t }, extra) =>
     text(`Summary: ${await sample(extra, t)}`),
   );

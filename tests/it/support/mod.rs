@@ -96,3 +96,61 @@ pub fn error_of(ex: &mrtr_proxy::demo::client::Exchange) -> &Value {
     );
     &ex.last["error"]
 }
+
+/// An open `subscriptions/listen` stream, read event by event.
+pub struct Listener {
+    body: hyper::body::Incoming,
+    decoder: mrtr_proxy::sse::SseDecoder,
+    queue: std::collections::VecDeque<Value>,
+}
+
+impl Listener {
+    /// Opens a listen stream with `filter` as `principal` (an `Authorization` value, if any).
+    pub async fn open(proxy: &TestProxy, id: &str, filter: Value, principal: Option<&str>) -> Self {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":"subscriptions/listen","params":{"notifications":filter,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build::<_, mrtr_proxy::body::Body>(
+                hyper_util::client::legacy::connect::HttpConnector::new(),
+            );
+        let mut req = http::Request::post(proxy.url())
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "subscriptions/listen")
+            .header("content-type", "application/json");
+        if let Some(p) = principal {
+            req = req.header("authorization", p);
+        }
+        let req = req.body(mrtr_proxy::body::full(body.to_string())).unwrap();
+        let resp = http.request(req).await.unwrap();
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        Self {
+            body: resp.into_body(),
+            decoder: mrtr_proxy::sse::SseDecoder::new(1 << 20),
+            queue: Default::default(),
+        }
+    }
+
+    /// The next JSON-RPC message on the stream (keep-alive comments skipped); panics after 10 s.
+    pub async fn next(&mut self) -> Value {
+        loop {
+            if let Some(v) = self.queue.pop_front() {
+                return v;
+            }
+            let frame = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                http_body_util::BodyExt::frame(&mut self.body),
+            )
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream is open")
+            .unwrap();
+            if let Ok(data) = frame.into_data() {
+                for e in self.decoder.feed(&data).unwrap() {
+                    if !e.data.is_empty() {
+                        self.queue.push_back(serde_json::from_str(&e.data).unwrap());
+                    }
+                }
+            }
+        }
+    }
+}
