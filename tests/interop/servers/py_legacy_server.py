@@ -11,7 +11,8 @@ import sys
 
 import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
-from mcp.types import SamplingMessage, TextContent
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
 from pydantic import BaseModel
 
 mcp = FastMCP("py-legacy-server", instructions="Python legacy test server")
@@ -56,6 +57,34 @@ async def add_tool(name: str, ctx: Context) -> str:
     mcp.add_tool(added, name=name, description="Added at run time")
     await ctx.session.send_tool_list_changed()
     return f"added {name}"
+
+
+@mcp.tool()
+async def url_sign_in(ctx: Context) -> str:
+    """Sends the user to a URL (URL-mode elicitation inline), then reports completion."""
+    r = await ctx.elicit_url("Please sign in", url="https://example.com/sign-in", elicitation_id="sign-in-1")
+    if r.action == "accept":
+        await ctx.session.send_elicit_complete("sign-in-1")
+    return f"sign-in: {r.action}"
+
+
+_authorized: set[str] = set()
+
+
+@mcp.tool()
+async def needs_authorization(account: str) -> str:
+    """Fails with -32042 (URL elicitation required) until asked a second time for the account."""
+    if account not in _authorized:
+        _authorized.add(account)
+        raise UrlElicitationRequiredError([
+            ElicitRequestURLParams(
+                mode="url",
+                message=f"Authorize access to {account}",
+                url=f"https://example.com/authorize?account={account}",
+                elicitationId=f"auth-{account}",
+            )
+        ])
+    return f"authorized {account}"
 
 
 @mcp.tool()
