@@ -3,8 +3,10 @@
 // Usage: node ts_modern_client.mjs URL '<ops JSON>' ['<capabilities JSON>']
 // ops: [{"op":"callTool","name":..,"arguments":{..}} | {"op":"getPrompt",..} | {"op":"readResource","uri":..}
 //       | {"op":"listTools"} | {"op":"discover"} | {"op":"progress", ...callTool args}
-//       | {"op":"listen","filter":{..},"call":{"name":..,"arguments":{..}},"wait":"notifications/..."}]
+//       | {"op":"listen","filter":{..},"call":{"name":..,"arguments":{..}},"wait":"notifications/..."}
+//       | {"op":"abortedCall","name":..,"arguments":{..},"afterMs":N}]
 // listen: opens subscriptions/listen, makes the call, waits for the `wait` notification, closes.
+// abortedCall: starts the call and aborts it (AbortSignal) after N ms; records the error.
 // Prints one JSON line: {"results":[...]} or {"error":"..."}; the handlers' calls are counted.
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 
@@ -59,6 +61,14 @@ try {
       const event = await seen;
       await sub.close();
       results.push({ honored: sub.honoredFilter, call, event });
+    } else if (op.op === 'abortedCall') {
+      const signal = AbortSignal.timeout(op.afterMs);
+      try {
+        await client.callTool({ name: op.name, arguments: op.arguments ?? {} }, { signal });
+        results.push({ aborted: false });
+      } catch (e) {
+        results.push({ aborted: signal.aborted, error: String(e?.message ?? e) });
+      }
     } else if (op.op === 'listTools') results.push(await client.listTools());
     else if (op.op === 'listPrompts') results.push(await client.listPrompts());
     else if (op.op === 'listResources') results.push(await client.listResources());

@@ -87,6 +87,34 @@ async def needs_authorization(account: str) -> str:
     return f"authorized {account}"
 
 
+_cancelled: dict[str, asyncio.Event] = {}
+
+
+def _cancel_event(tag: str) -> asyncio.Event:
+    return _cancelled.setdefault(tag, asyncio.Event())
+
+
+@mcp.tool()
+async def wait_forever(tag: str) -> str:
+    """Never finishes on its own; records being cancelled (notifications/cancelled) under `tag`."""
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        _cancel_event(tag).set()
+        raise
+    return "woke up"
+
+
+@mcp.tool()
+async def was_cancelled(tag: str) -> str:
+    """Waits (at most 20 s) for `wait_forever(tag)` to be cancelled; says whether it was."""
+    try:
+        await asyncio.wait_for(_cancel_event(tag).wait(), timeout=20)
+        return "cancelled"
+    except asyncio.TimeoutError:
+        return "not cancelled"
+
+
 @mcp.tool()
 async def progress(steps: int, ctx: Context) -> str:
     """Reports progress."""
