@@ -116,6 +116,15 @@ async def was_cancelled(tag: str) -> str:
 
 
 @mcp.tool()
+async def chatty(ctx: Context) -> str:
+    """Logs one message at each of debug, info and warning on the call's stream."""
+    await ctx.debug("debug line")
+    await ctx.info("info line")
+    await ctx.warning("warning line")
+    return "said three things"
+
+
+@mcp.tool()
 async def progress(steps: int, ctx: Context) -> str:
     """Reports progress."""
     for i in range(1, steps + 1):
