@@ -1,6 +1,8 @@
-//! `subscriptions/listen`: a POST whose SSE response stays open. It leases a dedicated upstream
-//! session, subscribes upstream to the requested resources, acknowledges, then relays list-changed
-//! and resource-updated notifications, tagged with the listen id.
+//! `subscriptions/listen`: a POST whose SSE response stays open. It leases an upstream session,
+//! subscribes upstream to the requested resources, acknowledges, returns the session to the pool
+//! pinned (calls borrow it first; it is not reaped), then relays list-changed and resource-updated
+//! notifications, tagged with the listen id. If that session dies, the stream ends and the client
+//! re-listens.
 //!
 //! Legacy servers notify changes per session, usually on the session where they happened (a tool
 //! that adds a tool notifies its caller's session). So a listen stream takes changes from *every*
@@ -42,9 +44,7 @@ pub async fn serve(
             "subscriptions/listen needs a notifications object".into(),
         ));
     };
-    let mut lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
-    // The subscriptions below live on this session only; never hand it to another request.
-    lease.poison();
+    let lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
     let session = Arc::clone(lease.session());
     let caps = session
         .init_result()
@@ -104,11 +104,16 @@ pub async fn serve(
         &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": granted}),
     );
     let mut events = app.pool.subscribe_changes();
+    // The session goes back to the pool, pinned: calls of the same principal and capabilities
+    // borrow it first (a legacy server sends per-session updates to the session a tool ran on),
+    // and it is neither reaped nor evicted while this stream is open.
+    let pin = session.pin_listener();
+    drop(lease);
     let (tx, body) = ChannelBody::channel(16);
     let keepalive = app.config.keepalive;
     let uris: HashSet<String> = uris.into_iter().collect();
     tokio::spawn(async move {
-        let _lease = lease; // held for the stream's life; closed (DELETE) when the client leaves
+        let _pin = pin;
         if tx.send(sse::encode_message(&ack)).await.is_err() {
             return;
         }
@@ -131,6 +136,9 @@ pub async fn serve(
                     if tx.send(sse::keepalive()).await.is_err() { return; }
                 }
                 () = tx.closed() => return,
+                // The upstream subscriptions died with the session: end the stream so that the
+                // client re-listens (there is no replay in 2026-07-28).
+                () = session.wait_dead() => return,
             }
         }
     });

@@ -7,11 +7,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use http::HeaderValue;
 use serde_json::Value;
 use tokio::sync::{broadcast, Semaphore};
+use tokio::time::Instant;
 
 use super::session::{legacy_capabilities, Change, ChangeFeed, SessionParams};
 use super::{Session, UpstreamClient, UpstreamError};
@@ -181,7 +182,8 @@ impl SessionPool {
                         .lock()
                         .map(|t| *t)
                         .unwrap_or_else(|_| Instant::now());
-                    let keep = cutoff.is_none_or(|c| last > c) && !s.is_dead();
+                    let keep =
+                        !s.is_dead() && (s.has_listeners() || cutoff.is_none_or(|c| last > c));
                     if !keep {
                         stale.push(Arc::clone(s));
                     }
@@ -216,15 +218,17 @@ impl SessionPool {
             .unwrap_or(0)
     }
 
+    // Prefers a session a listen stream relies on: a legacy server ties per-session features (e.g.
+    // "send updates for the resources this session subscribed to") to the session a call runs on.
     fn take_idle(&self, key: &PoolKey) -> Option<Arc<Session>> {
         let mut idle = self.idle.lock().ok()?;
         let list = idle.get_mut(key)?;
-        while let Some(s) = list.pop() {
-            if !s.is_dead() {
-                return Some(s);
-            }
-        }
-        None
+        list.retain(|s| !s.is_dead());
+        let i = list
+            .iter()
+            .rposition(|s| s.has_listeners())
+            .or_else(|| list.len().checked_sub(1))?;
+        Some(list.remove(i))
     }
 
     async fn evict_one_idle(&self) {
@@ -232,7 +236,7 @@ impl SessionPool {
             let key = idle
                 .iter()
                 .filter_map(|(k, v)| {
-                    v.first().map(|s| {
+                    v.iter().find(|s| !s.has_listeners()).map(|s| {
                         (
                             k.clone(),
                             s.last_used
@@ -245,11 +249,8 @@ impl SessionPool {
                 .min_by_key(|(_, t)| *t)
                 .map(|(k, _)| k)?;
             let list = idle.get_mut(&key)?;
-            let s = if list.is_empty() {
-                None
-            } else {
-                Some(list.remove(0))
-            };
+            let i = list.iter().position(|s| !s.has_listeners())?;
+            let s = Some(list.remove(i));
             if list.is_empty() {
                 idle.remove(&key);
             }

@@ -4,15 +4,16 @@
 //! Server requests arriving on the GET stream go to whichever call currently leases the session
 //! (its inbox); `ping` and requests that belong to no call are answered here.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{broadcast, mpsc, oneshot, Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use super::{MessageStream, UpstreamClient, UpstreamError};
 use crate::body;
@@ -38,7 +39,21 @@ pub struct Session {
     default_roots: Arc<Vec<Value>>,
     get_task: Mutex<Option<JoinHandle<()>>>,
     pub(super) last_used: Mutex<Instant>,
+    /// Open listen streams relying on this session's upstream subscriptions.
+    listeners: AtomicUsize,
+    /// Woken when the session is marked dead.
+    died: Notify,
     _permit: OwnedSemaphorePermit,
+}
+
+/// Keeps a session's listen-stream count up while held (see [`Session::pin_listener`]).
+#[derive(Debug)]
+pub struct ListenerPin(Arc<Session>);
+
+impl Drop for ListenerPin {
+    fn drop(&mut self) {
+        self.0.listeners.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What `initialize` needs to know.
@@ -146,6 +161,8 @@ impl Session {
             default_roots: params.default_roots,
             get_task: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),
+            listeners: AtomicUsize::new(0),
+            died: Notify::new(),
             _permit: permit,
         });
         session
@@ -184,6 +201,31 @@ impl Session {
     /// Marks the session unusable (it will be closed when its lease ends).
     pub fn mark_dead(&self) {
         self.dead.store(true, Ordering::Relaxed);
+        self.died.notify_waiters();
+    }
+
+    /// Resolves once the session is dead (closed, forgotten by the upstream, or its lease
+    /// poisoned and dropped).
+    pub async fn wait_dead(&self) {
+        loop {
+            let died = self.died.notified();
+            if self.is_dead() {
+                return;
+            }
+            died.await;
+        }
+    }
+
+    /// Counts a listen stream that relies on this session's upstream subscriptions: while any
+    /// is open, the pool neither reaps nor evicts the session, and lends it first.
+    pub fn pin_listener(self: &Arc<Self>) -> ListenerPin {
+        self.listeners.fetch_add(1, Ordering::AcqRel);
+        ListenerPin(Arc::clone(self))
+    }
+
+    /// Whether a listen stream relies on this session.
+    pub fn has_listeners(&self) -> bool {
+        self.listeners.load(Ordering::Acquire) > 0
     }
 
     /// A fresh upstream request id.

@@ -1,10 +1,12 @@
 """server-everything (the reference legacy server) behind the proxy, and a legacy client (Python
 mcp==1.30.0) passing straight through it."""
 
+import asyncio
 import json
 import subprocess
 
 import pytest
+from mcp.client.subscriptions import ResourceUpdated
 
 from conftest import HERE, PY_LEGACY, run_ts_client
 from test_modern_clients import PyClient
@@ -12,6 +14,21 @@ from test_modern_clients import PyClient
 
 @pytest.mark.parametrize("stack", ["everything"], indirect=True)
 class TestServerEverything:
+    def test_listen_gets_the_resource_updates_sent_to_the_calling_session(self, stack):
+        # server-everything sends "your" updates to the session that called the toggle tool, for
+        # the resources *that* session subscribed to: calls must borrow the listen stream's session.
+        uri = "demo://resource/static/document/architecture.md"
+
+        async def go(c):
+            async with c.listen(resource_subscriptions=[uri]) as sub:
+                assert uri in (sub.honored.resource_subscriptions or [])
+                await c.call_tool("toggle-subscriber-updates", {})
+                return await asyncio.wait_for(sub.__anext__(), timeout=20)
+
+        event = PyClient(stack["proxy"].url).run(go)
+        assert isinstance(event, ResourceUpdated)
+        assert event.uri == uri
+
     def test_discover_and_tools(self, stack):
         raw = PyClient(stack["proxy"].url).run(lambda c: c.session.send_discover("2026-07-28"))
         assert "2026-07-28" in raw["supportedVersions"]

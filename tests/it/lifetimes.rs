@@ -329,6 +329,54 @@ async fn a_change_on_a_call_session_reaches_listeners_of_that_principal_only() {
 }
 
 #[tokio::test]
+async fn a_listen_session_is_lent_to_calls_kept_while_open_and_its_death_ends_the_stream() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let mut listener = Listener::open(
+        &proxy,
+        "l",
+        json!({"resourceSubscriptions":["file:///x"]}),
+        None,
+    )
+    .await;
+    let ack = listener.next().await;
+    assert_eq!(
+        ack["params"]["notifications"],
+        json!({"resourceSubscriptions":["file:///x"]})
+    );
+    // A call with the same principal and capabilities runs on the listen stream's session, where
+    // the upstream subscription lives (server-everything sends "your" updates to that session).
+    let sessions = mock.initialized().len();
+    let c = proxy.client(json!({}));
+    c.request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        mock.initialized().len(),
+        sessions,
+        "no new session for the call"
+    );
+    // Idle far past the idle timeout, the session is still kept: the listen stream needs it.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(6 * 60)).await;
+    tokio::time::resume();
+    proxy.app.pool.reap_idle().await;
+    assert_eq!(proxy.app.pool.idle_count(), 1);
+    mock.broadcast_on_get(
+        json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///x"}}),
+    )
+    .await;
+    assert_eq!(listener.next().await["params"]["uri"], "file:///x");
+    // The upstream forgets the session: the next call re-initializes elsewhere, the old session is
+    // closed, and the listen stream ends so that the client re-listens.
+    mock.forget_sessions();
+    c.request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    listener.ended().await;
+}
+
+#[tokio::test]
 async fn shutdown_cancels_parked_calls_upstream() {
     let mock = Mock::start().await;
     mock.script(

@@ -130,6 +130,22 @@ impl Listener {
         }
     }
 
+    /// Resolves when the stream ends (after any messages still queued); panics after 10 s.
+    pub async fn ended(&mut self) {
+        loop {
+            let frame = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                http_body_util::BodyExt::frame(&mut self.body),
+            )
+            .await
+            .expect("the stream ends within 10 s");
+            match frame {
+                None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            }
+        }
+    }
+
     /// The next JSON-RPC message on the stream (keep-alive comments skipped); panics after 10 s.
     pub async fn next(&mut self) -> Value {
         loop {
