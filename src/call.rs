@@ -295,6 +295,13 @@ impl Call {
                     .and_then(|d| d.get("elicitations"))
                     .and_then(Value::as_array)
                 {
+                    let caps = &self.spec.capabilities;
+                    if let Some(required) = list.iter().find_map(|e| {
+                        input::check_capability(InputKind::Elicitation, Some(e), caps).err()
+                    }) {
+                        // The upstream call is over (it answered with the error): nothing to cancel.
+                        return self.fail(ProxyError::MissingCapability { required }).await;
+                    }
                     for e in list.clone() {
                         self.add_pending(InputKind::Elicitation, None, Some(&e));
                     }

@@ -118,10 +118,15 @@ fn strip_legacy_tool_fields(obj: &mut Map<String, Value>) {
     }
 }
 
-/// Maps retired legacy error codes to their 2026-07-28 equivalents.
+/// Maps retired legacy error codes to their 2026-07-28 equivalents: -32002 (resource not found)
+/// becomes -32602. Codes in the range 2026-07-28 reserves for the spec (-32020 … -32099) mean
+/// nothing defined when a legacy server sends them (-32042, URL elicitation required, where it
+/// could not become a round), and must not be emitted: they become -32603, message and data kept.
 pub fn rewrite_error(mut err: ErrorObject) -> ErrorObject {
     if err.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
         err.code = jsonrpc::INVALID_PARAMS;
+    } else if (-32099..=-32020).contains(&err.code) {
+        err.code = jsonrpc::INTERNAL_ERROR;
     }
     err
 }
@@ -229,6 +234,21 @@ mod tests {
             data: None,
         });
         assert_eq!(e.code, -32601);
+        for reserved in [-32042, -32020, -32099] {
+            let e = rewrite_error(ErrorObject {
+                code: reserved,
+                message: "m".into(),
+                data: None,
+            });
+            assert_eq!(e.code, -32603, "{reserved}");
+            assert_eq!(e.message, "m");
+        }
+        let e = rewrite_error(ErrorObject {
+            code: -32001,
+            message: "implementation-defined".into(),
+            data: None,
+        });
+        assert_eq!(e.code, -32001, "legacy implementation codes pass");
     }
 
     #[test]

@@ -68,6 +68,20 @@ class TestServerEverything:
         out = run_ts_client(stack["proxy"].url, [{"op": "callTool", "name": "trigger-elicitation-request"}])
         assert "Grace" in json.dumps(out["results"][0]), out
 
+    @pytest.mark.parametrize("error_path", [False, True])
+    def test_url_elicitation_tool(self, stack, error_path):
+        # errorPath: the server answers -32042 first (a round, then the proxy re-issues the call on
+        # the same session, which the server recognises), then asks inline: two rounds in all.
+        args = {"url": "https://example.com/flow", "errorPath": error_path}
+        client = PyClient(stack["proxy"].url)
+        r = client.run(lambda c: c.call_tool("trigger-url-elicitation", args))
+        assert "completed" in r.content[0].text, r
+        assert client.counts["elicitation"] == (2 if error_path else 1)
+        caps = {"elicitation": {"form": {}, "url": {}}}
+        out = run_ts_client(stack["proxy"].url, [{"op": "callTool", "name": "trigger-url-elicitation", "arguments": args}], caps)
+        assert "completed" in json.dumps(out["results"][0]), out
+        assert out["counts"]["elicitation"] == (2 if error_path else 1)
+
     def test_sampling_tool(self, stack):
         client = PyClient(stack["proxy"].url)
         r = client.run(lambda c: c.call_tool("trigger-sampling-request", {"prompt": "hello", "maxTokens": 10}))

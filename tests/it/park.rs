@@ -402,6 +402,27 @@ async fn legacy_url_elicitation_required_becomes_a_round_and_the_call_is_reissue
 }
 
 #[tokio::test]
+async fn legacy_url_elicitation_required_without_elicitation_url_is_32021() {
+    let mock = Mock::start().await;
+    let err = json!({"code":-32042,"message":"auth needed","data":{"elicitations":[{"mode":"url","message":"Log in","url":"https://example.com/login","elicitationId":"x1"}]}});
+    mock.script("needs_login", vec![vec![Step::Error(err)]]);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({"elicitation": {"form": {}}}));
+    let ex = c
+        .request("tools/call", json!({"name":"needs_login","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
+    let e = error_of(&ex);
+    assert_eq!(e["code"], -32021);
+    assert_eq!(
+        e["data"]["requiredCapabilities"],
+        json!({"elicitation": {"url": {}}})
+    );
+    assert!(proxy.app.parked.is_empty());
+}
+
+#[tokio::test]
 async fn progress_on_a_retry_uses_the_retry_token() {
     let mock = Mock::start().await;
     let p = Step::Send(
