@@ -27,6 +27,14 @@ fn done() -> Step {
     Step::Reply(json!({"content":[{"type":"text","text":"finished"}]}))
 }
 
+/// Asserts a 400 -32021 naming `required`.
+fn assert_missing_capability(ex: &mrtr_proxy::demo::client::Exchange, required: Value) {
+    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
+    let e = error_of(ex);
+    assert_eq!(e["code"], -32021);
+    assert_eq!(e["data"]["requiredCapabilities"], required);
+}
+
 /// The message of elicitation `key` in an `input_required` result.
 fn message_of<'a>(r: &'a Value, key: &str) -> &'a Value {
     &r["inputRequests"][key]["params"]["message"]
@@ -331,13 +339,7 @@ async fn undeclared_capability_is_32021_and_cancels_upstream() {
         .request("tools/call", json!({"name":"url","arguments":{}}))
         .await
         .unwrap();
-    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
-    let e = error_of(&ex);
-    assert_eq!(e["code"], -32021);
-    assert_eq!(
-        e["data"]["requiredCapabilities"],
-        json!({"elicitation":{"url":{}}})
-    );
+    assert_missing_capability(&ex, json!({"elicitation":{"url":{}}}));
     mock.wait_for("notifications/cancelled", |m| {
         m["method"] == "notifications/cancelled"
     })
@@ -412,13 +414,7 @@ async fn legacy_url_elicitation_required_without_elicitation_url_is_32021() {
         .request("tools/call", json!({"name":"needs_login","arguments":{}}))
         .await
         .unwrap();
-    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
-    let e = error_of(&ex);
-    assert_eq!(e["code"], -32021);
-    assert_eq!(
-        e["data"]["requiredCapabilities"],
-        json!({"elicitation": {"url": {}}})
-    );
+    assert_missing_capability(&ex, json!({"elicitation": {"url": {}}}));
     assert!(proxy.app.parked.is_empty());
 }
 
