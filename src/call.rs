@@ -336,7 +336,7 @@ impl Call {
             return Outcome {
                 status,
                 body: Bytes::from(jsonrpc::error_bytes(Some(id), &err)),
-                retry_after: false,
+                headers: http::HeaderMap::new(),
             };
         }
         let raw = msg.result.as_ref().map_or("{}", |r| r.get());
@@ -363,7 +363,7 @@ impl Call {
         Outcome {
             status: StatusCode::OK,
             body: Bytes::from(jsonrpc::response_bytes(id, &result)),
-            retry_after: false,
+            headers: http::HeaderMap::new(),
         }
     }
 

@@ -2,7 +2,7 @@
 //! to an HTTP response. Each variant knows its [`Side`], which picks the status class and log level.
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -93,6 +93,7 @@ impl ProxyError {
             | Self::BodyTooLarge { .. }
             | Self::Forbidden
             | Self::MethodNotAllowed => Side::Client,
+            Self::Upstream(UpstreamError::Unauthorized { .. }) => Side::Client,
             Self::Upstream(_) => Side::Upstream,
             Self::Overloaded(_) | Self::Internal(_) => Side::Internal,
         }
@@ -140,6 +141,7 @@ impl ProxyError {
                 Some(serde_json::json!({"requiredCapabilities": required})),
             ),
             Self::Overloaded(_) => (jsonrpc::SERVER_OVERLOADED, None),
+            Self::Upstream(UpstreamError::Unauthorized { .. }) => (jsonrpc::INVALID_REQUEST, None),
             Self::Upstream(_) | Self::Internal(_) => (jsonrpc::INTERNAL_ERROR, None),
         };
         let message = match self {
@@ -158,18 +160,33 @@ impl ProxyError {
         Bytes::from(jsonrpc::error_bytes(id, &self.to_error_object()))
     }
 
+    /// Headers the answer carries besides the content type: `Retry-After` past a limit, the
+    /// upstream's `WWW-Authenticate` challenge when it refused the credentials.
+    pub fn extra_headers(&self) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        match self {
+            Self::Overloaded(_) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Self::Upstream(UpstreamError::Unauthorized {
+                challenge: Some(c), ..
+            }) => {
+                h.insert(header::WWW_AUTHENTICATE, c.clone());
+            }
+            _ => {}
+        }
+        h
+    }
+
     /// The single error → HTTP response mapping.
     pub fn into_response(self, id: Option<&RawValue>) -> Response<Body> {
         let mut resp = Response::new(full(self.to_body_bytes(id)));
         *resp.status_mut() = self.status();
+        *resp.headers_mut() = self.extra_headers();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
-        if matches!(self, Self::Overloaded(_)) {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-        }
         resp
     }
 }

@@ -18,13 +18,26 @@ const HOP_BY_HOP: [HeaderName; 6] = [
     header::TRANSFER_ENCODING,
 ];
 
-/// Relays `req` to the upstream and streams the response back.
+/// Relays `req` to the upstream's MCP endpoint and streams the response back.
 pub async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
+    let path = app.pool.client().uri().path().to_owned();
+    forward(app, req, &path).await
+}
+
+/// Relays `req` to the same path on the upstream's origin: OAuth metadata under `/.well-known/`
+/// (RFC 9728 protected-resource metadata, authorization-server metadata), so that a client the
+/// upstream challenges (401 + `WWW-Authenticate`) through the proxy can discover how to log in.
+pub async fn relay_same_path(app: &App, req: Request<Body>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    forward(app, req, &path).await
+}
+
+async fn forward(app: &App, req: Request<Body>, path: &str) -> Response<Body> {
     let (mut parts, body) = req.into_parts();
     let upstream = app.pool.client().uri();
     let path_and_query = match parts.uri.query() {
-        Some(q) => format!("{}?{q}", upstream.path()),
-        None => upstream.path().to_owned(),
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
     };
     let mut builder = Uri::builder().path_and_query(path_and_query);
     if let (Some(s), Some(a)) = (upstream.scheme(), upstream.authority()) {

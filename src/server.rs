@@ -144,6 +144,11 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if path == app.config.mcp_path {
         return crate::proxy::handle(app, req).await;
     }
+    if req.method() == Method::GET && path.starts_with("/.well-known/") {
+        use http_body_util::BodyExt;
+        let req = req.map(|b| b.map_err(Into::into).boxed());
+        return crate::relay::relay_same_path(&app, req).await;
+    }
     match (req.method(), path) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") if app.pool.is_ready() => text(StatusCode::OK, "ready\n"),

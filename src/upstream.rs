@@ -34,6 +34,15 @@ pub enum UpstreamError {
     /// An HTTP status we cannot use.
     #[error("upstream answered http {0}")]
     Status(StatusCode),
+    /// The upstream refused the request's credentials (401) or permissions (403): the client
+    /// gets the same status and the upstream's `WWW-Authenticate` challenge, to authenticate.
+    #[error("the upstream refused the request's credentials (http {status})")]
+    Unauthorized {
+        /// 401 or 403.
+        status: StatusCode,
+        /// The upstream's `WWW-Authenticate` header.
+        challenge: Option<http::HeaderValue>,
+    },
     /// The upstream broke the protocol (bad JSON, missing session id, …).
     #[error("upstream protocol error: {0}")]
     Protocol(String),
@@ -53,7 +62,21 @@ impl UpstreamError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Unauthorized { status, .. } => *status,
             _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The error for an upstream response with an unusable status.
+    pub fn from_status<B>(resp: &Response<B>) -> Self {
+        let status = resp.status();
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            Self::Unauthorized {
+                status,
+                challenge: resp.headers().get(http::header::WWW_AUTHENTICATE).cloned(),
+            }
+        } else {
+            Self::Status(status)
         }
     }
 }

@@ -44,8 +44,8 @@ pub struct Outcome {
     pub status: StatusCode,
     /// The JSON-RPC message.
     pub body: Bytes,
-    /// Add `Retry-After` (limits).
-    pub retry_after: bool,
+    /// Headers besides the content type (`Retry-After`, `WWW-Authenticate`).
+    pub headers: http::HeaderMap,
 }
 
 impl Outcome {
@@ -53,7 +53,7 @@ impl Outcome {
         Self {
             status: err.status(),
             body: err.to_body_bytes(Some(id)),
-            retry_after: matches!(err, ProxyError::Overloaded(_)),
+            headers: err.extra_headers(),
         }
     }
 }
@@ -130,13 +130,10 @@ pub async fn respond(mut rx: mpsc::Receiver<LegEvent>, keepalive: Duration) -> R
 fn json_response(out: Outcome) -> Response<Body> {
     let mut resp = Response::new(full(out.body));
     *resp.status_mut() = out.status;
+    *resp.headers_mut() = out.headers;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    if out.retry_after {
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
-    }
     resp
 }

@@ -179,7 +179,7 @@ impl Call {
             .send(LegEvent::Done(Outcome {
                 status: StatusCode::OK,
                 body: Bytes::from(body),
-                retry_after: false,
+                headers: http::HeaderMap::new(),
             }))
             .await;
         Step::Continue

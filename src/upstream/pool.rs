@@ -166,6 +166,11 @@ impl SessionPool {
                 lease.poison();
                 true
             }
+            // The probe has no credentials: an upstream that asks for them is up.
+            Err(ProxyError::Upstream(UpstreamError::Unauthorized { .. })) => {
+                self.ready.store(true, Ordering::Relaxed);
+                true
+            }
             Err(_) => false,
         }
     }

@@ -122,7 +122,7 @@ impl Session {
         let req = req.map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         let resp = client.send(req).await?;
         if !resp.status().is_success() {
-            return Err(UpstreamError::Status(resp.status()));
+            return Err(UpstreamError::from_status(&resp));
         }
         let id = resp.headers().get(SESSION_HEADER).cloned();
         let mut stream = MessageStream::new(resp, client.max_event_bytes());
@@ -325,9 +325,12 @@ impl Session {
                 .is_some_and(|v| {
                     v.starts_with("application/json") || v.starts_with("text/event-stream")
                 });
-            // A JSON-RPC error body on a 4xx/5xx is still a usable answer; anything else is not.
-            if !status.is_success() && !is_json {
-                return Err(UpstreamError::Status(status));
+            // A JSON-RPC error body on a 4xx/5xx is still a usable answer; anything else is not,
+            // and neither is a refusal of the credentials, whatever its body.
+            if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN)
+                || (!status.is_success() && !is_json)
+            {
+                return Err(UpstreamError::from_status(&resp));
             }
             Ok(MessageStream::new(resp, session.client.max_event_bytes()))
         })
@@ -547,16 +550,16 @@ fn base_request(
 
 async fn drain(resp: http::Response<hyper::body::Incoming>) -> Result<(), UpstreamError> {
     use http_body_util::BodyExt;
-    let status = resp.status();
+    let outcome = if resp.status().is_success() {
+        Ok(())
+    } else {
+        Err(UpstreamError::from_status(&resp))
+    };
     // Bounded: answers to notifications are empty; never read more than a little.
     let _ = http_body_util::Limited::new(resp.into_body(), 64 * 1024)
         .collect()
         .await;
-    if status.is_success() {
-        Ok(())
-    } else {
-        Err(UpstreamError::Status(status))
-    }
+    outcome
 }
 
 /// Maps the capabilities a modern request declared to what `initialize` declares upstream.

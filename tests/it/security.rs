@@ -7,7 +7,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::support::mock::{Mock, Step};
+use crate::support::mock::{Mock, Step, CHALLENGE};
 use crate::support::{all_caps, error_of, first_round, retry, TestProxy};
 
 fn script(mock: &Mock) {
@@ -191,4 +191,69 @@ async fn an_expired_token_is_rejected() {
     })
     .await;
     assert_eq!(mock.answers_to(1).len(), 1, "{:#?}", mock.posted());
+}
+
+#[tokio::test]
+async fn an_upstream_auth_challenge_reaches_the_client_and_metadata_is_relayed() {
+    let mock = Mock::start().await;
+    mock.require_auth("Bearer good");
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let anonymous = proxy.client(json!({}));
+    for method in ["server/discover", "tools/list"] {
+        let ex = anonymous.request(method, json!({})).await.unwrap();
+        assert_eq!(ex.status, http::StatusCode::UNAUTHORIZED, "{method}");
+        assert!(error_of(&ex)["message"].as_str().unwrap().contains("401"));
+    }
+    let ex = anonymous
+        .request("tools/call", json!({"name":"plain","arguments":{}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, http::StatusCode::UNAUTHORIZED);
+    // The challenge itself, so the client can find the authorization server.
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, mrtr_proxy::body::Body>(
+        hyper_util::client::legacy::connect::HttpConnector::new(),
+    );
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+    let req = http::Request::post(proxy.url())
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .header("content-type", "application/json")
+        .body(mrtr_proxy::body::full(body.to_string()))
+        .unwrap();
+    let resp = http.request(req).await.unwrap();
+    assert_eq!(resp.status(), http::StatusCode::UNAUTHORIZED);
+    assert_eq!(resp.headers()["www-authenticate"], CHALLENGE);
+    let meta = http
+        .get(
+            format!(
+                "http://{}/.well-known/oauth-protected-resource/mcp",
+                proxy.addr
+            )
+            .parse()
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(meta.status(), http::StatusCode::OK);
+    let meta: Value = serde_json::from_slice(
+        &http_body_util::BodyExt::collect(meta.into_body())
+            .await
+            .unwrap()
+            .to_bytes(),
+    )
+    .unwrap();
+    assert_eq!(meta["authorization_servers"][0], "http://auth.example");
+    // With the credentials the upstream accepts, everything works; the upstream is "ready".
+    let mut alice = proxy.client(json!({}));
+    alice
+        .headers
+        .push(("authorization".into(), "Bearer good".into()));
+    let ex = alice.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(ex.status, http::StatusCode::OK);
+    assert_eq!(ex.result()["tools"][0]["name"], "t");
+    assert!(
+        proxy.app.pool.probe().await,
+        "an upstream asking for credentials is up"
+    );
 }

@@ -52,7 +52,13 @@ struct State {
     sessions: Mutex<HashMap<String, ()>>,
     counter: AtomicU64,
     json_mode: std::sync::atomic::AtomicBool,
+    // `Authorization` every request must carry, if set.
+    required_auth: Mutex<Option<String>>,
 }
+
+/// What the mock answers a request without the required credentials.
+pub const CHALLENGE: &str =
+    r#"Bearer resource_metadata="http://mock/.well-known/oauth-protected-resource/mcp""#;
 
 /// The mock upstream; stops on drop.
 pub struct Mock {
@@ -82,6 +88,12 @@ impl Mock {
             .lock()
             .unwrap()
             .insert(tool.to_owned(), scripts);
+    }
+
+    /// From now on, refuse (401 + `WWW-Authenticate`, like the SDKs' bearer-auth middleware) any
+    /// MCP request whose `Authorization` is not `auth`.
+    pub fn require_auth(&self, auth: &str) {
+        *self.state.required_auth.lock().unwrap() = Some(auth.to_owned());
     }
 
     /// Answer plain JSON (not SSE) to requests.
@@ -187,6 +199,31 @@ impl Drop for Mock {
 }
 
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    if req.uri().path() == "/.well-known/oauth-protected-resource/mcp" {
+        let mut r = Response::new(full(
+            json!({"resource":"http://mock/mcp","authorization_servers":["http://auth.example"]})
+                .to_string(),
+        ));
+        r.headers_mut()
+            .insert("content-type", HeaderValue::from_static("application/json"));
+        return r;
+    }
+    let required = st.required_auth.lock().unwrap().clone();
+    if let Some(required) = required {
+        let given = req
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if given != Some(required.as_str()) {
+            let mut r = Response::new(full(r#"{"error":"invalid_token"}"#));
+            *r.status_mut() = StatusCode::UNAUTHORIZED;
+            r.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
+            r.headers_mut()
+                .insert("www-authenticate", HeaderValue::from_static(CHALLENGE));
+            return r;
+        }
+    }
     let sid = req
         .headers()
         .get("mcp-session-id")
