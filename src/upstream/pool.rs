@@ -145,7 +145,15 @@ impl SessionPool {
                 principal: Arc::from(principal),
             },
         };
-        let session = Session::initialize(self.client.clone(), params, permit).await?;
+        let session = match Session::initialize(self.client.clone(), params, permit).await {
+            Ok(s) => s,
+            // Refusing these credentials is an answer too: the upstream is up.
+            Err(e @ UpstreamError::Unauthorized { .. }) => {
+                self.ready.store(true, Ordering::Relaxed);
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.ready.store(true, Ordering::Relaxed);
         Ok(Lease {
             session,
@@ -167,10 +175,7 @@ impl SessionPool {
                 true
             }
             // The probe has no credentials: an upstream that asks for them is up.
-            Err(ProxyError::Upstream(UpstreamError::Unauthorized { .. })) => {
-                self.ready.store(true, Ordering::Relaxed);
-                true
-            }
+            Err(ProxyError::Upstream(UpstreamError::Unauthorized { .. })) => true,
             Err(_) => false,
         }
     }

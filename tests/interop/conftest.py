@@ -118,6 +118,12 @@ def start_py_upstream():
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
+def start_py_auth_upstream():
+    proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_auth_server.py")])
+    port = proc.wait_for(r"READY (\d+)").group(1)
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
 def start_ts_upstream(*flags):
     proc = Proc([NODE, str(HERE / "servers" / "ts_legacy_server.mjs"), *flags], cwd=str(HERE))
     port = proc.wait_for(r"READY (\d+)").group(1)
@@ -138,6 +144,7 @@ def start_everything_upstream():
 
 UPSTREAMS = {
     "py": start_py_upstream,
+    "py-auth": start_py_auth_upstream,
     "ts": start_ts_upstream,
     "ts-json": start_ts_json_upstream,
     "everything": start_everything_upstream,
