@@ -3,15 +3,12 @@ token (the SDK's own resource-server auth: 401 + WWW-Authenticate, protected-res
 /.well-known/). Only `Bearer good-token` is accepted. Binds 127.0.0.1:0 and prints `READY <port>`.
 """
 
-import asyncio
-import socket
-import sys
-
-import uvicorn
 from mcp.server.auth.provider import AccessToken, TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.fastmcp import Context, FastMCP
 from pydantic import BaseModel
+
+from serve import serve
 
 GOOD_TOKEN = "good-token"
 
@@ -48,21 +45,5 @@ def build(port: int) -> FastMCP:
     return mcp
 
 
-async def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(build(port).streamable_http_app(), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    print(f"READY {port}", flush=True)
-    await task
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
-    sys.exit(0)
+    serve(lambda port: build(port).streamable_http_app())

@@ -6,14 +6,13 @@ the call's SSE stream, roots/list on the session's GET stream. Binds 127.0.0.1:0
 """
 
 import asyncio
-import socket
-import sys
 
-import uvicorn
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
 from pydantic import BaseModel
+
+from serve import serve
 
 mcp = FastMCP("py-legacy-server", instructions="Python legacy test server")
 
@@ -198,21 +197,5 @@ async def secret(who: str, ctx: Context) -> str:
     return f"secret of {who} for {await ask_for_name(ctx, 'Who is asking?')}"
 
 
-async def main() -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(128)
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(mcp.streamable_http_app(), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        await asyncio.sleep(0.01)
-    print(f"READY {port}", flush=True)
-    await task
-
-
 if __name__ == "__main__":
-    asyncio.run(main())
-    sys.exit(0)
+    serve(lambda port: mcp.streamable_http_app())
