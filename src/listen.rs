@@ -111,6 +111,7 @@ pub async fn serve(
     drop(lease);
     let (tx, body) = ChannelBody::channel(16);
     let keepalive = app.config.keepalive;
+    let mut shutdown = app.shutdown.subscribe();
     let uris: HashSet<String> = uris.into_iter().collect();
     tokio::spawn(async move {
         let _pin = pin;
@@ -139,6 +140,8 @@ pub async fn serve(
                 // The upstream subscriptions died with the session: end the stream so that the
                 // client re-listens (there is no replay in 2026-07-28).
                 () = session.wait_dead() => return,
+                // Shutting down: end the stream now rather than hold the drain to its deadline.
+                () = async { let _ = shutdown.wait_for(|down| *down).await; } => return,
             }
         }
     });

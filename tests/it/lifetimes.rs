@@ -377,6 +377,20 @@ async fn a_listen_session_is_lent_to_calls_kept_while_open_and_its_death_ends_th
 }
 
 #[tokio::test]
+async fn shutdown_ends_listen_streams_at_once() {
+    let mock = Mock::start().await;
+    // A long grace: the stream must end because of the shutdown, not the drain deadline.
+    let proxy = TestProxy::start(&mock.url(), "[server]\nshutdown_grace = \"60s\"\n").await;
+    let mut listener = Listener::open(&proxy, "l", json!({"toolsListChanged":true}), None).await;
+    assert_eq!(
+        listener.next().await["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    drop(proxy);
+    listener.ended().await;
+}
+
+#[tokio::test]
 async fn shutdown_cancels_parked_calls_upstream() {
     let mock = Mock::start().await;
     mock.script(
