@@ -7,12 +7,15 @@
 //!   │  Mcp-Session-Id / initialize / legacy version ──▶ relay (bytes, streamed both ways)
 //!   │  modern: front::validate (-32020 / -32022 / -32602 → 400, unknown method → 404)
 //!   ├─ server/discover      ─▶ pool lease ─▶ rewrite::discover_result (from InitializeResult)
-//!   ├─ subscriptions/listen ─▶ listen (dedicated session, GET-stream notifications, tagged)
+//!   ├─ subscriptions/listen ─▶ listen (subscribe on a session, pin it; the pool's change feed
+//!   │                          from every session of the principal, filtered and tagged)
 //!   ├─ requestState present ─▶ state_token::verify ─▶ parked::claim ─▶ Resume ─▶ call actor
 //!   └─ other forwards       ─▶ call::spawn: pool lease ─▶ upstream POST (JSON | SSE)
 //!                                 server request ─▶ gather ─▶ park (input_required + token)
 //!                                 final ─▶ rewrite::rewrite_result ─▶ call::respond (JSON | SSE)
-//!   failures: upstream → 502/504, limits → 503 + Retry-After, client faults → 4xx, all JSON-RPC
+//!   failures: upstream → 502/504 (401/403 + its challenge passed through), limits → 503 +
+//!             Retry-After, client faults → 4xx, all JSON-RPC
+//! GET /.well-known/… ─▶ relay to the upstream's origin (OAuth metadata); /healthz /readyz /metrics
 //! ```
 //!
 //! Modules: [`config`] and [`cli`] (settings), [`server`] (listener, `App`, admin routes),
