@@ -170,6 +170,30 @@ def test_concurrent_elicit_sample_roots_is_one_round_with_three_keys(stack):
     assert ts_text(out["results"][0]) == "name=Grace sample=ts-sampled roots=file:///ts/root"
 
 
+def test_concurrent_calls_from_one_client_each_get_their_own_rounds(stack):
+    # Several calls in flight at once, each asking on its call stream or (Python roots) the GET
+    # stream: every request must be attributed to its own call.
+    async def go(c):
+        return await asyncio.gather(
+            c.call_tool("list_roots", {}),
+            c.call_tool("ask_name", {}),
+            c.call_tool("summarize", {"text": "a"}),
+            c.call_tool("list_roots", {}),
+            c.call_tool("twice", {}),
+        )
+
+    client = PyClient(stack["proxy"].url)
+    results = [text_of(r) for r in client.run(go)]
+    assert results == [
+        "Roots: file:///py/root",
+        "Hello, Ada!",
+        "Summary: py-sampled",
+        "Roots: file:///py/root",
+        "Ada and Ada",
+    ]
+    assert client.counts == {"elicitation": 3, "sampling": 1, "roots": 2}
+
+
 def test_elicit_twice_is_two_rounds(stack):
     proxy = stack["proxy"]
     before = proxy.metrics()
