@@ -30,8 +30,9 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Prometheus text exposition; `parked` and `idle_sessions` are gauges read by the caller.
-    pub fn render(&self, parked: usize, idle_sessions: usize) -> String {
+    /// Prometheus text exposition; `parked`, `idle_sessions` and `session_waiters` are gauges read
+    /// by the caller.
+    pub fn render(&self, parked: usize, idle_sessions: usize, session_waiters: usize) -> String {
         let mut out = String::new();
         let counters = [
             (
@@ -84,6 +85,7 @@ impl Metrics {
         }
         let _ = writeln!(out, "# HELP mrtr_parked_calls Calls parked now\n# TYPE mrtr_parked_calls gauge\nmrtr_parked_calls {parked}");
         let _ = writeln!(out, "# HELP mrtr_idle_sessions Idle upstream sessions\n# TYPE mrtr_idle_sessions gauge\nmrtr_idle_sessions {idle_sessions}");
+        let _ = writeln!(out, "# HELP mrtr_session_waiters Requests waiting for an upstream session (pool full)\n# TYPE mrtr_session_waiters gauge\nmrtr_session_waiters {session_waiters}");
         out
     }
 }
@@ -96,9 +98,10 @@ mod tests {
     fn renders_counters_and_gauges() {
         let m = Metrics::default();
         Metrics::inc(&m.rounds);
-        let text = m.render(2, 3);
+        let text = m.render(2, 3, 4);
         assert!(text.contains("mrtr_rounds_total 1\n"));
         assert!(text.contains("mrtr_parked_calls 2\n"));
         assert!(text.contains("mrtr_idle_sessions 3\n"));
+        assert!(text.contains("mrtr_session_waiters 4\n"));
     }
 }

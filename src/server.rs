@@ -157,9 +157,11 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             "upstream not initialized yet\n",
         ),
         (&Method::GET, "/metrics") => {
-            let mut r = Response::new(full(
-                app.metrics.render(app.parked.len(), app.pool.idle_count()),
-            ));
+            let mut r = Response::new(full(app.metrics.render(
+                app.parked.len(),
+                app.pool.idle_count(),
+                app.pool.waiters(),
+            )));
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
                 http::HeaderValue::from_static("text/plain; version=0.0.4"),

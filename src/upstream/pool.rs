@@ -5,13 +5,13 @@
 //! when dropped; a poisoned or dead one is closed. Idle sessions are reaped after `idle_timeout`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::HeaderValue;
 use serde_json::Value;
-use tokio::sync::{broadcast, Semaphore};
+use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::session::{legacy_capabilities, Change, ChangeFeed, SessionParams};
@@ -52,6 +52,31 @@ pub struct SessionPool {
     ready: AtomicBool,
     /// Change notifications from every session, for `subscriptions/listen`.
     changes: broadcast::Sender<Change>,
+    /// Woken when a session goes back to idle (a waiting lease may take or evict it).
+    returned: Notify,
+    /// Leases waiting in [`SessionPool::acquire`].
+    waiters: AtomicUsize,
+}
+
+enum Acquired {
+    Idle(Arc<Session>),
+    Permit(OwnedSemaphorePermit),
+}
+
+// Counts a waiting lease for as long as it lives.
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn count(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Self(n)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How many change notifications a slow listen stream may fall behind before it skips some
@@ -78,6 +103,8 @@ impl SessionPool {
             permits,
             ready: AtomicBool::new(false),
             changes: broadcast::channel(CHANGE_BACKLOG).0,
+            returned: Notify::new(),
+            waiters: AtomicUsize::new(0),
         })
     }
 
@@ -112,28 +139,16 @@ impl SessionPool {
             principal: principal.to_owned(),
             capabilities: legacy.to_string(),
         };
-        if let Some(session) = self.take_idle(&key) {
-            return Ok(Lease {
-                session,
-                key,
-                pool: Arc::clone(self),
-                reusable: true,
-            });
-        }
-        let permit = match Arc::clone(&self.permits).try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                self.evict_one_idle().await;
-                let wait = Arc::clone(&self.permits).acquire_owned();
-                match tokio::time::timeout(self.cfg.acquire_timeout, wait).await {
-                    Ok(Ok(p)) => p,
-                    _ => {
-                        return Err(ProxyError::Overloaded(
-                            "all upstream sessions are busy".into(),
-                        ))
-                    }
-                }
+        let permit = match self.acquire(&key).await? {
+            Acquired::Idle(session) => {
+                return Ok(Lease {
+                    session,
+                    key,
+                    pool: Arc::clone(self),
+                    reusable: true,
+                })
             }
+            Acquired::Permit(p) => p,
         };
         let params = SessionParams {
             capabilities: legacy,
@@ -161,6 +176,44 @@ impl SessionPool {
             pool: Arc::clone(self),
             reusable: true,
         })
+    }
+
+    // An idle session of `key`, or a permit for a new one. When the pool is full, waits (up to
+    // the acquire timeout) for whichever comes first: a permit, or a session coming back idle, in
+    // which case it takes it (same key) or evicts the least recently used idle session (any key,
+    // never one a listen stream relies on) so that its permit comes free.
+    async fn acquire(&self, key: &PoolKey) -> Result<Acquired, ProxyError> {
+        let deadline = Instant::now() + self.cfg.acquire_timeout;
+        let mut waiting = None;
+        loop {
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            if let Some(session) = self.take_idle(key) {
+                return Ok(Acquired::Idle(session));
+            }
+            if let Ok(p) = Arc::clone(&self.permits).try_acquire_owned() {
+                return Ok(Acquired::Permit(p));
+            }
+            self.evict_one_idle().await;
+            waiting.get_or_insert_with(|| Waiting::count(&self.waiters));
+            tokio::select! {
+                p = Arc::clone(&self.permits).acquire_owned() => {
+                    return p.map(Acquired::Permit).map_err(|_| {
+                        ProxyError::Overloaded("the session pool is closed".into())
+                    });
+                }
+                () = &mut returned => {}
+                () = tokio::time::sleep_until(deadline) => {
+                    return Err(ProxyError::Overloaded("all upstream sessions are busy".into()));
+                }
+            }
+        }
+    }
+
+    /// Requests waiting for an upstream session (the pool is full and nothing idle fits).
+    pub fn waiters(&self) -> usize {
+        self.waiters.load(Ordering::Relaxed)
     }
 
     /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
@@ -278,6 +331,7 @@ impl SessionPool {
         if let Ok(mut idle) = self.idle.lock() {
             idle.entry(key).or_default().push(session);
         }
+        self.returned.notify_waiters();
     }
 }
 

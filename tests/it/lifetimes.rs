@@ -377,6 +377,55 @@ async fn a_listen_session_is_lent_to_calls_kept_while_open_and_its_death_ends_th
 }
 
 #[tokio::test]
+async fn a_request_waiting_for_a_full_pool_evicts_a_session_that_goes_idle() {
+    // One session in all. A parks on it; B (other capabilities, so another key) must wait. When
+    // A finishes, its session goes back idle: B evicts it and gets a fresh one instead of timing
+    // out while a permit sits in an idle session.
+    let mock = Mock::start().await;
+    mock.script(
+        "ask",
+        vec![vec![
+            elicit(1),
+            Step::Await(1),
+            Step::Reply(json!({"content":[]})),
+        ]],
+    );
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "[pool]\nmax_sessions = 1\nacquire_timeout = \"10s\"\n",
+    )
+    .await;
+    let a = proxy.client(all_caps());
+    let (_, state) = first_round(&a, "ask", json!({})).await;
+    let b = proxy.client(json!({}));
+    let waiting = tokio::spawn(async move {
+        b.request("tools/call", json!({"name":"plain","arguments":{}}))
+            .await
+            .unwrap()
+    });
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while proxy.app.pool.waiters() == 0 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("B waits for a session");
+    let done = retry(
+        &a,
+        "ask",
+        json!({}),
+        json!({"elicitation-1":{"action":"accept","content":{}}}),
+        &state,
+    )
+    .await;
+    assert_eq!(done.result()["resultType"], "complete");
+    let ex = waiting.await.unwrap();
+    assert_eq!(ex.status, http::StatusCode::OK, "{:?}", ex.last);
+    assert_eq!(ex.result()["content"][0]["text"], "ran plain");
+    assert_eq!(proxy.app.pool.waiters(), 0);
+}
+
+#[tokio::test]
 async fn shutdown_ends_listen_streams_at_once() {
     let mock = Mock::start().await;
     // A long grace: the stream must end because of the shutdown, not the drain deadline.
