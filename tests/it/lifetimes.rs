@@ -13,6 +13,25 @@ fn elicit(id: i64) -> Step {
     )
 }
 
+/// Retries `tool` (no arguments) accepting `elicitation-1` with empty content.
+async fn answer_first(
+    c: &mrtr_proxy::demo::client::ModernClient,
+    tool: &str,
+    state: &str,
+) -> mrtr_proxy::demo::client::Exchange {
+    let answers = json!({"elicitation-1":{"action":"accept","content":{}}});
+    retry(c, tool, json!({}), answers, state).await
+}
+
+/// A tool that elicits once (id 1), then finishes.
+fn ask_once() -> Vec<Vec<Step>> {
+    vec![vec![
+        elicit(1),
+        Step::Await(1),
+        Step::Reply(json!({"content":[]})),
+    ]]
+}
+
 fn sample(id: i64) -> Step {
     Step::Send(
         json!({"jsonrpc":"2.0","id":id,"method":"sampling/createMessage","params":{"messages":[],"maxTokens":1}}),
@@ -65,14 +84,7 @@ async fn ttl_expiry_cancels_pending_requests_and_the_call_upstream() {
 #[tokio::test]
 async fn parked_calls_are_bounded_per_principal_with_503() {
     let mock = Mock::start().await;
-    mock.script(
-        "ask",
-        vec![vec![
-            elicit(1),
-            Step::Await(1),
-            Step::Reply(json!({"content":[]})),
-        ]],
-    );
+    mock.script("ask", ask_once());
     let proxy = TestProxy::start(&mock.url(), "[state]\nmax_parked_per_principal = 1\n").await;
     let c = proxy.client(all_caps());
     let (_, state) = first_round(&c, "ask", json!({})).await;
@@ -116,14 +128,7 @@ async fn upstream_death_while_parked_is_a_clear_error_on_retry() {
     // The stream ended; the actor notices without client traffic and closes the session.
     mock.wait_deleted(2).await;
     assert!(proxy.app.parked.is_empty());
-    let ex = retry(
-        &c,
-        "fragile",
-        json!({}),
-        json!({"elicitation-1":{"action":"accept","content":{}}}),
-        &state,
-    )
-    .await;
+    let ex = answer_first(&c, "fragile", &state).await;
     let e = error_of(&ex);
     assert_eq!(e["code"], -32602);
     assert!(e["message"].as_str().unwrap().contains("upstream"), "{e}");
@@ -136,14 +141,7 @@ async fn upstream_death_while_resuming_is_a_502_error() {
     let proxy = TestProxy::start(&mock.url(), "").await;
     let c = proxy.client(all_caps());
     let (_, state) = first_round(&c, "fragile", json!({})).await;
-    let ex = retry(
-        &c,
-        "fragile",
-        json!({}),
-        json!({"elicitation-1":{"action":"accept","content":{}}}),
-        &state,
-    )
-    .await;
+    let ex = answer_first(&c, "fragile", &state).await;
     assert_eq!(ex.status, http::StatusCode::BAD_GATEWAY);
     assert_eq!(error_of(&ex)["code"], -32603);
     assert!(proxy.app.parked.is_empty());
@@ -382,14 +380,7 @@ async fn a_request_waiting_for_a_full_pool_evicts_a_session_that_goes_idle() {
     // A finishes, its session goes back idle: B evicts it and gets a fresh one instead of timing
     // out while a permit sits in an idle session.
     let mock = Mock::start().await;
-    mock.script(
-        "ask",
-        vec![vec![
-            elicit(1),
-            Step::Await(1),
-            Step::Reply(json!({"content":[]})),
-        ]],
-    );
+    mock.script("ask", ask_once());
     let proxy = TestProxy::start(
         &mock.url(),
         "[pool]\nmax_sessions = 1\nacquire_timeout = \"10s\"\n",
@@ -410,14 +401,7 @@ async fn a_request_waiting_for_a_full_pool_evicts_a_session_that_goes_idle() {
     })
     .await
     .expect("B waits for a session");
-    let done = retry(
-        &a,
-        "ask",
-        json!({}),
-        json!({"elicitation-1":{"action":"accept","content":{}}}),
-        &state,
-    )
-    .await;
+    let done = answer_first(&a, "ask", &state).await;
     assert_eq!(done.result()["resultType"], "complete");
     let ex = waiting.await.unwrap();
     assert_eq!(ex.status, http::StatusCode::OK, "{:?}", ex.last);
