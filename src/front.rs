@@ -61,11 +61,14 @@ impl ModernRequest {
         target_of(&self.method, &self.params).unwrap_or("")
     }
 
-    /// The params to send upstream: without the retry fields and the modern `_meta` keys.
+    /// The params to send upstream: without the retry fields, the modern `_meta` keys, and
+    /// `task` (task augmentation is not offered here; a 2025-11-25 upstream would answer with a
+    /// legacy task the client could not follow, so the call runs synchronously instead).
     pub fn upstream_params(&self) -> Value {
         let mut p = self.params.clone();
         p.remove("inputResponses");
         p.remove("requestState");
+        p.remove("task");
         if let Some(Value::Object(meta)) = p.get_mut("_meta") {
             meta.retain(|k, _| !k.starts_with("io.modelcontextprotocol/"));
             if meta.is_empty() {
@@ -389,7 +392,7 @@ mod tests {
     #[test]
     fn upstream_params_strip_modern_fields() {
         let m = Message::parse(
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","requestState":"x","inputResponses":{},"_meta":{"progressToken":5,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","requestState":"x","inputResponses":{},"task":{"ttl":1000},"_meta":{"progressToken":5,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
         )
         .unwrap();
         let r = validate(&good_headers("t"), m).unwrap();
