@@ -143,6 +143,18 @@ def test_elicit_once(stack):
     assert out["counts"]["elicitation"] == 1
 
 
+class DecliningClient(PyClient):
+    async def _elicit(self, ctx, params):
+        self.counts["elicitation"] += 1
+        return ElicitResult(action="decline")
+
+
+def test_a_declined_elicitation_reaches_the_tool(stack):
+    client = DecliningClient(stack["proxy"].url)
+    assert text_of(client.run(lambda c: c.call_tool("ask_name", {}))) == "Hello, <decline>!"
+    assert client.counts["elicitation"] == 1
+
+
 def test_sample(stack):
     client = PyClient(stack["proxy"].url)
     assert text_of(client.run(lambda c: c.call_tool("summarize", {"text": "long"}))) == "Summary: py-sampled"
