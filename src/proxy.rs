@@ -28,6 +28,18 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     if !front::origin_allowed(req.headers(), &app.config.allowed_origins) {
         return ProxyError::Forbidden.into_response(None);
     }
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    if *req.method() == Method::OPTIONS {
+        return preflight(origin, req.headers());
+    }
+    let mut resp = dispatch(app, req).await;
+    if let Some(origin) = origin {
+        allow_origin(&mut resp, origin);
+    }
+    resp
+}
+
+async fn dispatch(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let has_session = req.headers().contains_key(SESSION_HEADER);
     match *req.method() {
         Method::POST => post(app, req).await,
@@ -43,6 +55,38 @@ pub async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             r
         }
     }
+}
+
+// CORS, for browser clients from an allowed origin (the check above already refused the others).
+fn preflight(origin: Option<HeaderValue>, headers: &http::HeaderMap) -> Response<Body> {
+    let mut r = Response::new(body::empty());
+    *r.status_mut() = StatusCode::NO_CONTENT;
+    let h = r.headers_mut();
+    h.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("POST, GET, DELETE, OPTIONS"),
+    );
+    if let Some(asked) = headers.get(header::ACCESS_CONTROL_REQUEST_HEADERS) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, asked.clone());
+    }
+    h.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("600"),
+    );
+    if let Some(origin) = origin {
+        allow_origin(&mut r, origin);
+    }
+    r
+}
+
+fn allow_origin(resp: &mut Response<Body>, origin: HeaderValue) {
+    let h = resp.headers_mut();
+    h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    h.append(header::VARY, HeaderValue::from_static("Origin"));
+    h.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("Mcp-Session-Id, WWW-Authenticate, Retry-After"),
+    );
 }
 
 async fn post(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {

@@ -157,6 +157,73 @@ async fn get_and_delete_without_session_are_405_and_bad_origin_403() {
 }
 
 #[tokio::test]
+async fn browser_clients_from_an_allowed_origin_get_cors_headers() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "[server]\nallowed_origins = [\"https://app.example\"]\n",
+    )
+    .await;
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, mrtr_proxy::body::Body>(
+        hyper_util::client::legacy::connect::HttpConnector::new(),
+    );
+    let preflight = http::Request::builder()
+        .method(http::Method::OPTIONS)
+        .uri(proxy.url())
+        .header("origin", "https://app.example")
+        .header("access-control-request-method", "POST")
+        .header(
+            "access-control-request-headers",
+            "content-type, mcp-protocol-version, mcp-method, authorization",
+        )
+        .body(mrtr_proxy::body::empty())
+        .unwrap();
+    let r = http.request(preflight).await.unwrap();
+    assert_eq!(r.status(), StatusCode::NO_CONTENT);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert_eq!(
+        r.headers()["access-control-allow-headers"],
+        "content-type, mcp-protocol-version, mcp-method, authorization"
+    );
+    assert!(r.headers()["access-control-allow-methods"]
+        .to_str()
+        .unwrap()
+        .contains("POST"));
+    let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{{META}}}}}"#);
+    let post = http::Request::post(proxy.url())
+        .header("origin", "https://app.example")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/list")
+        .body(mrtr_proxy::body::full(body))
+        .unwrap();
+    let r = http.request(post).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        r.headers()["access-control-allow-origin"],
+        "https://app.example"
+    );
+    assert!(r.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .contains("WWW-Authenticate"));
+    let other = http::Request::builder()
+        .method(http::Method::OPTIONS)
+        .uri(proxy.url())
+        .header("origin", "https://evil.example")
+        .body(mrtr_proxy::body::empty())
+        .unwrap();
+    assert_eq!(
+        http.request(other).await.unwrap().status(),
+        StatusCode::FORBIDDEN
+    );
+}
+
+#[tokio::test]
 async fn discover_comes_from_initialize_and_lists_2026() {
     let mock = Mock::start().await;
     let proxy = TestProxy::start(&mock.url(), "[results]\nttl_ms = 5000\n").await;
