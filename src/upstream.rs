@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::body::Body;
 use crate::sse::{SseDecoder, SseError};
 
+pub mod changes;
 pub mod pool;
 pub mod session;
 

@@ -14,7 +14,8 @@ use serde_json::Value;
 use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-use super::session::{legacy_capabilities, Change, ChangeFeed, SessionParams};
+use super::changes::{Change, ChangeFeed};
+use super::session::{legacy_capabilities, SessionParams};
 use super::{Session, UpstreamClient, UpstreamError};
 use crate::error::ProxyError;
 

@@ -5,19 +5,23 @@
 //! (its inbox); `ping` and requests that belong to no call are answered here.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, mpsc, oneshot, Notify, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use super::changes::{is_change, Change, ChangeFeed};
 use super::{MessageStream, UpstreamClient, UpstreamError};
 use crate::body;
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
+
+mod get_stream;
+
+pub use get_stream::default_answer;
 
 /// Header carrying the legacy session id.
 pub const SESSION_HEADER: &str = "mcp-session-id";
@@ -69,36 +73,6 @@ pub struct SessionParams {
     pub default_roots: Arc<Vec<Value>>,
     /// Where this session's change notifications go.
     pub changes: ChangeFeed,
-}
-
-/// A list-changed or resource-updated notification seen on some upstream session, with the
-/// principal (digest) that session belongs to.
-#[derive(Debug, Clone)]
-pub struct Change {
-    /// Principal digest of the session it came from.
-    pub principal: Arc<str>,
-    /// The notification as the upstream sent it.
-    pub message: Bytes,
-}
-
-/// One session's end of the pool-wide change channel.
-#[derive(Debug, Clone)]
-pub struct ChangeFeed {
-    /// The pool-wide channel.
-    pub tx: broadcast::Sender<Change>,
-    /// Principal digest of the session.
-    pub principal: Arc<str>,
-}
-
-/// Whether `method` is a change notification `subscriptions/listen` streams carry.
-pub fn is_change(method: &str) -> bool {
-    matches!(
-        method,
-        "notifications/tools/list_changed"
-            | "notifications/prompts/list_changed"
-            | "notifications/resources/list_changed"
-            | "notifications/resources/updated"
-    )
 }
 
 impl Session {
@@ -397,55 +371,6 @@ impl Session {
             }
         }
     }
-
-    // Opens the standalone GET stream and waits until the upstream accepted (or refused) it, so that
-    // a server request sent there right after the handshake is not lost.
-    async fn open_get_stream(self: &Arc<Self>) {
-        let (ready_tx, ready_rx) = oneshot::channel();
-        let weak = Arc::downgrade(self);
-        let task = tokio::spawn(get_stream_loop(weak, ready_tx));
-        if let Ok(mut slot) = self.get_task.lock() {
-            *slot = Some(task);
-        }
-        let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
-    }
-
-    // Handles one message from the GET stream.
-    async fn on_get_message(&self, bytes: Bytes) {
-        let Ok(msg) = Message::parse(&bytes) else {
-            tracing::debug!("ignoring a malformed message on the upstream GET stream");
-            return;
-        };
-        match msg.kind() {
-            Ok(Kind::Request) => {
-                if msg.method() != "ping" {
-                    let inbox = self.inbox.lock().ok().and_then(|s| s.clone());
-                    if let Some(inbox) = inbox {
-                        if inbox.send(bytes).is_ok() {
-                            return;
-                        }
-                    }
-                }
-                self.answer_default(&msg).await;
-            }
-            Ok(Kind::Notification) => self.publish_change(msg.method(), &bytes),
-            _ => {}
-        }
-    }
-
-    /// Answers a server request that no client call can take.
-    pub async fn answer_default(&self, msg: &Message) {
-        let Some(id) = msg.id.as_ref() else { return };
-        let answer = default_answer(msg.method(), &self.default_roots);
-        let text = answer.as_ref().map(|v| v.to_string());
-        let res = match &text {
-            Ok(s) => self.answer(id.get(), Ok(s)).await,
-            Err(e) => self.answer(id.get(), Err(e)).await,
-        };
-        if let Err(e) = res {
-            tracing::debug!(error = %e, method = msg.method(), "default answer failed");
-        }
-    }
 }
 
 impl Drop for Session {
@@ -453,72 +378,6 @@ impl Drop for Session {
         if let Some(task) = self.get_task.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
-    }
-}
-
-/// What the proxy answers a server request that belongs to no client call (or to a method that
-/// may not ask for input): `ping` → `{}`, `roots/list` → the configured roots, elicitation →
-/// `decline`, anything else → a JSON-RPC error.
-pub fn default_answer(method: &str, roots: &[Value]) -> Result<Value, ErrorObject> {
-    match method {
-        "ping" => Ok(json!({})),
-        "roots/list" => Ok(json!({"roots": roots})),
-        "elicitation/create" => Ok(json!({"action": "decline"})),
-        _ => Err(ErrorObject {
-            code: jsonrpc::INVALID_PARAMS,
-            message: format!(
-                "{method} is not associated with a client request that can provide input"
-            ),
-            data: None,
-        }),
-    }
-}
-
-async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
-    let mut ready = Some(ready);
-    let mut failures = 0u32;
-    loop {
-        let Some(session) = weak.upgrade() else { break };
-        if session.is_dead() {
-            break;
-        }
-        let req = session
-            .request_builder(Method::GET)
-            .header(header::ACCEPT, "text/event-stream")
-            .body(body::empty());
-        let Ok(req) = req else { break };
-        let client = session.client.clone();
-        drop(session);
-        let resp = client.send(req).await;
-        if let Some(tx) = ready.take() {
-            let _ = tx.send(());
-        }
-        match resp {
-            Ok(resp) if resp.status().is_success() => {
-                failures = 0;
-                let mut stream = MessageStream::new(resp, client.max_event_bytes());
-                while let Some(Ok(msg)) = stream.next().await {
-                    let Some(session) = weak.upgrade() else {
-                        return;
-                    };
-                    session.on_get_message(msg).await;
-                }
-            }
-            Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
-                if let Some(s) = weak.upgrade() {
-                    s.mark_dead();
-                }
-                break;
-            }
-            // 405: the upstream offers no GET stream; nothing to listen to.
-            Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => break,
-            Ok(_) | Err(_) => failures += 1,
-        }
-        if failures > 5 {
-            tracing::warn!("giving up on the upstream GET stream after repeated failures");
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.max(1)))).await;
     }
 }
 
