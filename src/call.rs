@@ -198,7 +198,7 @@ impl Call {
             r = async { match commands { Some(c) => c.recv().await, None => std::future::pending().await } } => Event::Resume(r),
             m = async { match stream { Some(s) => s.next().await, None => std::future::pending().await } } => Event::Upstream(m),
             Some(b) = inbox.recv() => Event::Inbox(b),
-            () = async { match leg { Some(l) => l.tx.closed().await, None => std::future::pending().await } } => Event::ClientGone,
+            () = client_gone(leg) => Event::ClientGone,
             () = async { match gather { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::GatherDone,
             () = async { match deadline { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::Expired,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
@@ -233,7 +233,7 @@ impl Call {
                 r = &mut headers => Err(r),
                 () = tokio::time::sleep(header_timeout) => Err(Err(UpstreamError::Timeout)),
                 Some(b) = self.inbox_rx.recv() => Ok(Some(b)),
-                () = async { match leg { Some(l) => l.tx.closed().await, None => std::future::pending().await } } => Ok(None),
+                () = client_gone(leg) => Ok(None),
             };
             self.upstream_id = id;
             match early {
@@ -346,19 +346,15 @@ impl Call {
             .as_ref()
             .and_then(|l| l.session().init_result().get("serverInfo"));
         // The result of a retry that carried inputResponses must not be cached (caching26).
-        let resumed = self.park.is_some();
+        let (ttl_ms, scope) = if self.park.is_some() {
+            (0, CacheScope::Private)
+        } else {
+            (self.app.config.cache_ttl_ms, self.app.config.cache_scope)
+        };
         let ctx = RewriteCtx {
             server_info: info,
-            ttl_ms: if resumed {
-                0
-            } else {
-                self.app.config.cache_ttl_ms
-            },
-            scope: if resumed {
-                CacheScope::Private
-            } else {
-                self.app.config.cache_scope
-            },
+            ttl_ms,
+            scope,
         };
         let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
         Outcome {
@@ -434,6 +430,14 @@ impl Call {
 async fn relay(leg: &Leg, method: &str, params: &Value) {
     let bytes = Bytes::from(jsonrpc::notification_bytes(method, params));
     let _ = leg.tx.send(LegEvent::Message(bytes)).await;
+}
+
+// Resolves when the client closed the current leg's response (never, with no leg open).
+async fn client_gone(leg: &Option<Leg>) {
+    match leg {
+        Some(l) => l.tx.closed().await,
+        None => std::future::pending().await,
+    }
 }
 
 fn id_is(raw: &RawValue, id: i64) -> bool {
