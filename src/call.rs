@@ -1,25 +1,37 @@
-//! The call actor: one task per forwarded modern request. It owns the leased upstream session and
-//! the upstream response stream, answers what it must, relays request-scoped notifications, and —
-//! for `tools/call`, `prompts/get`, `resources/read` — parks the live upstream call when the server
-//! asks for input, returning `input_required` with a signed requestState, then resumes it when the
-//! client retries.
+//! The call actor: one task per forwarded modern request. It owns the leased upstream session,
+//! the upstream request and its response stream, relays request-scoped notifications, and — for
+//! `tools/call`, `prompts/get`, `resources/read` — parks the live upstream call when the server
+//! asks for input, answering `input_required` with a signed requestState, then resumes it when
+//! the client retries. Its state is one [`Phase`]:
 //!
 //! ```text
-//! Running ──server request(s)──▶ Gathering (window) ──▶ Parked{round n} ──Resume──▶ deliver answers
-//!    ▲                                                     │  │                      │
-//!    └──────────────────── all keys answered ◀─────────────┼──┼── keys missing ──▶ Parked{n+1}
-//! Running ──final response──▶ Done            TTL ◀─────────┘  └─▶ upstream died ─▶ Failed
-//! every exit: lease released (poisoned if the upstream call may still run), registry entry removed
-//! (`end`: how each path ends; `rounds`: gathering, parking, resuming; `leg`: one client exchange)
+//!                    server request                     window over
+//!   Running(leg) ─────────────────────▶ Gathering(leg) ─────────────▶ Parked ◀──┐ keys missing:
+//!     │  ▲  └── -32042 (URL elicitations) ─────────────────────────────▲  │     │ round n+1
+//!     │  │                                                             │  │ retry claimed
+//!     │  └────────── every key answered ◀── Resuming(leg) ◀────────────┼──┘     │
+//!     │                                       └────────────────────────┼────────┘
+//!   final result (or error) ─▶ Done      Parked ── deadline ─▶ cancel upstream ─▶ Done
+//!   any phase ── client gone / upstream failure / shutdown ─▶ Done
 //! ```
+//!
+//! A leg is one client exchange (the first request or a retry); `Parked` is the only phase with
+//! none open. A server request that comes while parked joins the next round; a final result that
+//! comes while parked is held for the next retry. On every way to `Done` the registry entry is
+//! retired and the lease released (closed, not reused, if the upstream call may still run).
+//! This file runs the call; `park` turns server requests into rounds and takes retries, `rounds`
+//! keeps the pending server requests (pure), `registry` the parked calls, `leg` the client
+//! exchange, `end` every way a call ends.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, StatusCode};
+use http::HeaderValue;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::config::CacheScope;
@@ -27,152 +39,201 @@ use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, Kind, Message};
 use crate::metrics::Metrics;
-use crate::parked::Resume;
+use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
 use crate::rewrite::{self, RewriteCtx};
-use crate::server::App;
-use crate::upstream::{Lease, ResponseStream, UpstreamError};
+use crate::state_token::TokenCodec;
+use crate::upstream::{Lease, MessageStream, ResponseStream, Session, SessionPool, UpstreamError};
 
 mod end;
 mod leg;
+mod park;
+mod registry;
 mod rounds;
 
-pub use leg::{leg, respond, Leg, LegEvent, Outcome};
-use rounds::{Parking, Pending};
+pub(crate) use leg::{Leg, LegEvent, Outcome};
+use registry::ParkGuard;
+pub(crate) use registry::{ParkedCalls, Retry};
+use rounds::Rounds;
+
+/// What every call actor shares.
+#[derive(Debug)]
+pub(crate) struct CallContext {
+    /// Upstream sessions.
+    pub(crate) pool: Arc<SessionPool>,
+    /// Parked calls, for retries to find.
+    pub(crate) parked: Arc<ParkedCalls>,
+    /// requestState signer.
+    pub(crate) tokens: TokenCodec,
+    /// Counters.
+    pub(crate) metrics: Arc<Metrics>,
+    /// Turns `true` when the proxy shuts down.
+    pub(crate) shutdown: watch::Receiver<bool>,
+    /// How long server requests are gathered into one round.
+    pub(crate) gather_window: Duration,
+    /// `ttlMs` for cacheable results (calls that had no round).
+    pub(crate) cache_ttl_ms: u64,
+    /// `cacheScope` for cacheable results (calls that had no round).
+    pub(crate) cache_scope: CacheScope,
+}
 
 /// What the front asks the actor to run.
 #[derive(Debug)]
-pub struct CallSpec {
+pub(crate) struct CallSpec {
     /// Method name.
-    pub method: String,
+    pub(crate) method: String,
     /// Params sent upstream (modern-only fields removed).
-    pub upstream_params: Value,
+    pub(crate) upstream_params: Value,
     /// Declared client capabilities.
-    pub capabilities: Value,
+    pub(crate) capabilities: Value,
     /// May park (`tools/call`, `prompts/get`, `resources/read`).
-    pub input_capable: bool,
+    pub(crate) input_capable: bool,
     /// Principal digest.
-    pub principal: String,
+    pub(crate) principal: String,
     /// Principal header forwarded upstream.
-    pub auth: Option<(http::HeaderName, HeaderValue)>,
+    pub(crate) auth: Option<(http::HeaderName, HeaderValue)>,
     /// Request digest (method + target + arguments).
-    pub request_digest: String,
+    pub(crate) request_digest: String,
 }
 
-/// Starts the actor for a fresh call.
-pub fn spawn(app: Arc<App>, spec: CallSpec, first: Leg) {
-    tokio::spawn(async move {
-        let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
-        let mut call = Call {
-            app,
-            spec,
-            lease: None,
-            upstream_id: 0,
-            stream: None,
-            early_inbox: None,
-            inbox_tx,
-            inbox_rx,
-            leg: Some(first),
-            pending: Vec::new(),
-            key_counter: 0,
-            gather_until: None,
-            park: None,
-            held_final: None,
-            reissue: false,
-        };
-        call.run().await;
-    });
+/// Starts the actor for a fresh call; `first` is the client's exchange.
+pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
+    let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+    let call = Call {
+        ctx,
+        spec,
+        phase: Phase::Running(first),
+        rounds: Rounds::default(),
+        parking: None,
+        lease: None,
+        upstream: Upstream::Idle,
+        early_inbox: None,
+        inbox_tx,
+        inbox_rx,
+    };
+    tokio::spawn(call.run());
+}
+
+/// Where the call is; see the module doc for the transitions.
+#[derive(Debug)]
+enum Phase {
+    /// A client exchange is open and the upstream is working.
+    Running(Leg),
+    /// Server requests came while an exchange was open; more may join the round until `until`.
+    Gathering { leg: Leg, until: Instant },
+    /// A round was answered `input_required`; no exchange is open until a retry or `deadline`.
+    Parked {
+        deadline: Instant,
+        /// The upstream's final message, when it came while parked (sent on the next retry).
+        held_final: Option<Message>,
+    },
+    /// A retry was claimed; its answers are on their way upstream.
+    Resuming(Leg),
+    /// Over.
+    Done,
+}
+
+impl Phase {
+    fn leg(&self) -> Option<&Leg> {
+        match self {
+            Self::Running(leg) | Self::Resuming(leg) | Self::Gathering { leg, .. } => Some(leg),
+            Self::Parked { .. } | Self::Done => None,
+        }
+    }
+}
+
+/// The upstream request of the call.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call, inside the actor's own task: boxing would only add an allocation"
+)]
+enum Upstream {
+    /// Nothing in flight: not sent yet, or answered.
+    Idle,
+    /// Request `id` was sent; its response (or the wait for its headers).
+    InFlight { id: i64, stream: ResponseStream },
+}
+
+/// The call's entry in the registry, from its first round to its end.
+struct Parking {
+    guard: ParkGuard,
+    retries: mpsc::Receiver<Retry>,
 }
 
 // Field order is drop order: the registry entry goes before the lease closes the session, so a
 // client that sees the session end also sees the entry gone.
 struct Call {
-    app: Arc<App>,
+    ctx: Arc<CallContext>,
     spec: CallSpec,
-    park: Option<Parking>,
+    phase: Phase,
+    rounds: Rounds,
+    parking: Option<Parking>,
     lease: Option<Lease>,
-    upstream_id: i64,
-    stream: Option<ResponseStream>,
+    upstream: Upstream,
     /// A GET-stream server request that arrived while the call waited for its response headers.
     early_inbox: Option<Bytes>,
     inbox_tx: mpsc::UnboundedSender<Bytes>,
     inbox_rx: mpsc::UnboundedReceiver<Bytes>,
-    leg: Option<Leg>,
-    pending: Vec<Pending>,
-    key_counter: u32,
-    gather_until: Option<Instant>,
-    /// A final message that arrived while no leg was open (delivered on the next retry).
-    held_final: Option<Message>,
-    /// The upstream answered -32042: re-issue the call once the client answered.
-    reissue: bool,
 }
 
 enum Event {
     Upstream(Option<Result<Bytes, UpstreamError>>),
     Inbox(Bytes),
     ClientGone,
-    GatherDone,
-    Resume(Option<Resume>),
+    GatherOver,
+    Retry(Option<Retry>),
     Expired,
     Shutdown,
 }
 
-enum Step {
-    Continue,
-    Stop,
+/// How the wait for a request's response headers ended.
+enum BeforeHeaders {
+    Arrived(Result<MessageStream, UpstreamError>),
+    /// The upstream asked for input on the GET stream first (a JSON-mode upstream sends headers
+    /// only when done).
+    AskedFirst(Bytes),
+    ClientLeft,
 }
 
 impl Call {
-    async fn run(&mut self) {
-        if let Err(e) = self.send_upstream_request().await {
+    async fn run(mut self) {
+        if let Err(e) = self.send_request().await {
             self.fail(e).await;
-            return;
         }
-        self.event_loop().await;
+        while !matches!(self.phase, Phase::Done) {
+            let event = self.next_event().await;
+            self.on_event(event).await;
+        }
         self.turn_away_queued_retries().await;
     }
 
-    async fn event_loop(&mut self) {
-        loop {
-            let ev = self.next_event().await;
-            let step = match ev {
-                Event::Upstream(Some(Ok(bytes))) => self.on_upstream(bytes).await,
-                Event::Upstream(Some(Err(e))) => {
-                    self.stream = None;
-                    self.fail(e.into()).await
-                }
-                Event::Upstream(None) => {
-                    self.stream = None;
-                    self.fail(UpstreamError::Closed.into()).await
-                }
-                Event::Inbox(bytes) => match Message::parse(&bytes) {
-                    Ok(msg) => self.on_server_request(msg).await,
-                    Err(_) => Step::Continue,
-                },
-                Event::ClientGone => {
-                    self.cancel_upstream("the client closed the request").await;
-                    Step::Stop
-                }
-                Event::GatherDone => {
-                    self.gather_until = None;
-                    self.park_round().await
-                }
-                Event::Resume(Some(r)) => self.resume(r).await,
-                Event::Resume(None) => Step::Stop,
-                Event::Shutdown => self.shut_down().await,
-                Event::Expired => {
-                    Metrics::inc(&self.app.metrics.expired);
-                    if let Some(p) = &mut self.park {
-                        p.guard
-                            .retire("the call expired before the client answered");
-                    }
-                    self.cancel_upstream("the client did not answer in time")
-                        .await;
-                    Step::Stop
-                }
-            };
-            if matches!(step, Step::Stop) {
-                return;
+    async fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Upstream(Some(Ok(bytes))) => self.on_upstream(bytes).await,
+            Event::Upstream(end) => {
+                self.upstream = Upstream::Idle;
+                let err = match end {
+                    Some(Err(e)) => e,
+                    _ => UpstreamError::Closed,
+                };
+                self.fail(err.into()).await;
             }
+            Event::Inbox(bytes) => match Message::parse(&bytes) {
+                Ok(msg) => self.on_server_request(msg).await,
+                Err(_) => tracing::debug!("ignoring a malformed upstream request"),
+            },
+            Event::ClientGone => {
+                self.cancel_upstream("the client closed the request").await;
+                self.phase = Phase::Done;
+            }
+            Event::GatherOver => {
+                if let Some(leg) = self.take_leg() {
+                    self.park(leg).await;
+                }
+            }
+            Event::Retry(Some(retry)) => self.on_retry(retry).await,
+            Event::Retry(None) => self.phase = Phase::Done,
+            Event::Expired => self.expire().await,
+            Event::Shutdown => self.shut_down().await,
         }
     }
 
@@ -180,100 +241,116 @@ impl Call {
         if let Some(b) = self.early_inbox.take() {
             return Event::Inbox(b);
         }
-        let stream = &mut self.stream;
-        let inbox = &mut self.inbox_rx;
-        let leg = &self.leg;
-        let gather = self.gather_until;
-        let parked = self.leg.is_none();
-        let park = &mut self.park;
-        let mut shutdown = self.app.shutdown.subscribe();
-        let (commands, deadline) = match park {
-            Some(p) if parked => (Some(&mut p.commands), Some(p.deadline)),
+        let Self {
+            ctx,
+            phase,
+            parking,
+            upstream,
+            inbox_rx,
+            ..
+        } = self;
+        let mut shutdown = ctx.shutdown.clone();
+        let (gather, deadline) = match phase {
+            Phase::Gathering { until, .. } => (Some(*until), None),
+            Phase::Parked { deadline, .. } => (None, Some(*deadline)),
             _ => (None, None),
         };
+        let retries = parking.as_mut().filter(|_| deadline.is_some());
+        let stream = match upstream {
+            Upstream::InFlight { stream, .. } => Some(stream),
+            Upstream::Idle => None,
+        };
+        let leg = phase.leg();
         // Biased: a retry already claimed (its token checked) is served before a deadline that
         // fires in the same instant.
         tokio::select! {
             biased;
-            r = async { match commands { Some(c) => c.recv().await, None => std::future::pending().await } } => Event::Resume(r),
-            m = async { match stream { Some(s) => s.next().await, None => std::future::pending().await } } => Event::Upstream(m),
-            Some(b) = inbox.recv() => Event::Inbox(b),
-            () = client_gone(leg) => Event::ClientGone,
-            () = async { match gather { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::GatherDone,
-            () = async { match deadline { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await } } => Event::Expired,
+            r = or_pending(retries.map(|p| p.retries.recv())) => Event::Retry(r),
+            m = or_pending(stream.map(ResponseStream::next)) => Event::Upstream(m),
+            Some(b) = inbox_rx.recv() => Event::Inbox(b),
+            () = or_pending(leg.map(Leg::closed)) => Event::ClientGone,
+            () = or_pending(gather.map(tokio::time::sleep_until)) => Event::GatherOver,
+            () = or_pending(deadline.map(tokio::time::sleep_until)) => Event::Expired,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
         }
     }
 
-    async fn send_upstream_request(&mut self) -> Result<(), ProxyError> {
+    /// Sends the call upstream (again, after a -32042), on the leased session; a session the
+    /// upstream forgot before seeing the request is replaced once.
+    async fn send_request(&mut self) -> Result<(), ProxyError> {
         for attempt in 0..2 {
-            if self.lease.is_none() {
-                let lease = self
-                    .app
-                    .pool
-                    .lease(
-                        &self.spec.principal,
-                        &self.spec.capabilities,
-                        self.spec.auth.clone(),
-                    )
-                    .await?;
-                lease.session().set_inbox(Some(self.inbox_tx.clone()));
-                self.lease = Some(lease);
-            }
-            let Some(lease) = self.lease.as_mut() else {
-                continue;
-            };
-            let (id, headers) = lease
-                .session()
-                .start_request(&self.spec.method, &self.spec.upstream_params);
+            let session = self.leased_session().await?;
+            let (id, headers) =
+                session.start_request(&self.spec.method, &self.spec.upstream_params);
             let mut headers = Box::pin(headers);
-            let leg = &self.leg;
-            let header_timeout = self.app.pool.client().timeout();
-            let early = tokio::select! {
-                r = &mut headers => Err(r),
-                () = tokio::time::sleep(header_timeout) => Err(Err(UpstreamError::Timeout)),
-                Some(b) = self.inbox_rx.recv() => Ok(Some(b)),
-                () = client_gone(leg) => Ok(None),
+            let stream = match self.wait_for_headers(&mut headers).await {
+                BeforeHeaders::Arrived(Ok(stream)) => ResponseStream::Ready(stream),
+                BeforeHeaders::Arrived(Err(UpstreamError::SessionGone)) if attempt == 0 => {
+                    if let Some(mut lease) = self.lease.take() {
+                        lease.poison();
+                    }
+                    continue;
+                }
+                BeforeHeaders::Arrived(Err(e)) => return Err(e.into()),
+                // The upstream has the request; keep waiting for the headers in the event loop,
+                // next to everything else.
+                BeforeHeaders::AskedFirst(first) => {
+                    self.early_inbox = Some(first);
+                    ResponseStream::Pending(headers)
+                }
+                BeforeHeaders::ClientLeft => ResponseStream::Pending(headers),
             };
-            self.upstream_id = id;
-            match early {
-                // Asked for input (or abandoned by the client) before the response headers came:
-                // a JSON-mode upstream holds them until it is done. The upstream has the request;
-                // keep waiting for the headers in the event loop, next to everything else.
-                Ok(first) => {
-                    self.early_inbox = first;
-                    self.stream = Some(ResponseStream::Pending(headers));
-                    return Ok(());
-                }
-                Err(Ok(stream)) => {
-                    self.stream = Some(ResponseStream::Ready(stream));
-                    return Ok(());
-                }
-                // The upstream forgot the session before seeing the request: safe to retry once.
-                Err(Err(UpstreamError::SessionGone)) if attempt == 0 => {
-                    lease.poison();
-                    self.lease = None;
-                }
-                Err(Err(e)) => return Err(e.into()),
-            }
+            self.upstream = Upstream::InFlight { id, stream };
+            return Ok(());
         }
         Err(UpstreamError::SessionGone.into())
     }
 
-    async fn on_upstream(&mut self, bytes: Bytes) -> Step {
+    async fn leased_session(&mut self) -> Result<Arc<Session>, ProxyError> {
+        if let Some(lease) = &self.lease {
+            return Ok(Arc::clone(lease.session()));
+        }
+        let spec = &self.spec;
+        let lease = self
+            .ctx
+            .pool
+            .lease(&spec.principal, &spec.capabilities, spec.auth.clone())
+            .await?;
+        let session = Arc::clone(lease.session());
+        session.set_inbox(Some(self.inbox_tx.clone()));
+        self.lease = Some(lease);
+        Ok(session)
+    }
+
+    async fn wait_for_headers(
+        &mut self,
+        headers: &mut (impl Future<Output = Result<MessageStream, UpstreamError>> + Unpin),
+    ) -> BeforeHeaders {
+        let Self {
+            ctx,
+            phase,
+            inbox_rx,
+            ..
+        } = self;
+        let timeout = ctx.pool.client().timeout();
+        let leg = phase.leg();
+        tokio::select! {
+            r = headers => BeforeHeaders::Arrived(r),
+            () = tokio::time::sleep(timeout) => BeforeHeaders::Arrived(Err(UpstreamError::Timeout)),
+            Some(b) = inbox_rx.recv() => BeforeHeaders::AskedFirst(b),
+            () = or_pending(leg.map(Leg::closed)) => BeforeHeaders::ClientLeft,
+        }
+    }
+
+    async fn on_upstream(&mut self, bytes: Bytes) {
         let Ok(msg) = Message::parse(&bytes) else {
             tracing::debug!("ignoring a malformed upstream message");
-            return Step::Continue;
+            return;
         };
         match msg.kind() {
-            Ok(Kind::Response)
-                if msg
-                    .id
-                    .as_ref()
-                    .is_some_and(|id| id_is(id, self.upstream_id)) =>
-            {
-                self.stream = None;
-                self.on_final(msg).await
+            Ok(Kind::Response) if self.answers_our_request(&msg) => {
+                self.upstream = Upstream::Idle;
+                self.on_final(msg).await;
             }
             Ok(Kind::Request) => self.on_server_request(msg).await,
             Ok(Kind::Notification) => {
@@ -281,167 +358,173 @@ impl Call {
                     lease.session().publish_change(msg.method(), &bytes);
                 }
                 self.on_notification(&msg).await;
-                Step::Continue
             }
-            _ => Step::Continue,
+            _ => {}
         }
     }
 
-    async fn on_final(&mut self, msg: Message) -> Step {
-        if let Some(err) = &msg.error {
-            if err.code == jsonrpc::LEGACY_URL_ELICITATION_REQUIRED && self.spec.input_capable {
-                if let Some(list) = err
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get("elicitations"))
-                    .and_then(Value::as_array)
-                {
-                    let caps = &self.spec.capabilities;
-                    if let Some(required) = list.iter().find_map(|e| {
-                        input::check_capability(InputKind::Elicitation, Some(e), caps).err()
-                    }) {
-                        // The upstream call is over (it answered with the error): nothing to cancel.
-                        return self.fail(ProxyError::MissingCapability { required }).await;
-                    }
-                    for e in list.clone() {
-                        self.add_pending(InputKind::Elicitation, None, Some(&e));
-                    }
-                    if !self.pending.is_empty() {
-                        self.reissue = true;
-                        return self.park_round().await;
-                    }
+    fn answers_our_request(&self, msg: &Message) -> bool {
+        match (&self.upstream, &msg.id) {
+            (Upstream::InFlight { id, .. }, Some(raw)) => raw.get().trim() == id.to_string(),
+            _ => false,
+        }
+    }
+
+    async fn on_final(&mut self, msg: Message) {
+        if let Some(elicitations) = self.url_elicitations_required(&msg) {
+            let caps = &self.spec.capabilities;
+            if let Some(required) = elicitations
+                .iter()
+                .find_map(|e| input::check_capability(InputKind::Elicitation, Some(e), caps).err())
+            {
+                // The upstream call is over (it answered with the error): nothing to cancel.
+                return self.fail(ProxyError::MissingCapability { required }).await;
+            }
+            self.rounds.ask_url_elicitations(&elicitations);
+            if self.rounds.has_pending() {
+                // Parked already: the elicitations join the next round.
+                if let Some(leg) = self.take_leg() {
+                    self.park(leg).await;
+                }
+                return;
+            }
+        }
+        match self.take_leg() {
+            Some(leg) => {
+                let outcome = self.final_outcome(msg, &leg.id);
+                leg.finish(outcome).await;
+            }
+            None => {
+                if let Phase::Parked { held_final, .. } = &mut self.phase {
+                    *held_final = Some(msg);
                 }
             }
         }
-        match self.leg.take() {
-            Some(leg) => {
-                let out = self.final_outcome(msg, &leg.id);
-                let _ = leg.tx.send(LegEvent::Done(out)).await;
-                Step::Stop
-            }
-            None => {
-                self.held_final = Some(msg);
-                Step::Continue
-            }
+    }
+
+    // A legacy -32042 ("URL elicitation required") to an input-capable call: its elicitations.
+    fn url_elicitations_required(&self, msg: &Message) -> Option<Vec<Value>> {
+        let err = msg.error.as_ref()?;
+        if err.code != LEGACY_URL_ELICITATION_REQUIRED || !self.spec.input_capable {
+            return None;
         }
+        err.data.as_ref()?.get("elicitations")?.as_array().cloned()
     }
 
     fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
         if let Some(err) = msg.error {
-            let err = rewrite::rewrite_error(err);
-            let status = if err.code == jsonrpc::METHOD_NOT_FOUND {
-                StatusCode::NOT_FOUND
-            } else {
-                StatusCode::OK
-            };
-            return Outcome {
-                status,
-                body: Bytes::from(jsonrpc::error_bytes(Some(id), &err)),
-                headers: http::HeaderMap::new(),
-            };
+            return Outcome::error(&ProxyError::Rpc(rewrite::rewrite_error(err)), id);
         }
-        let raw = msg.result.as_ref().map_or("{}", |r| r.get());
-        let info = self
-            .lease
-            .as_ref()
-            .and_then(|l| l.session().init_result().get("serverInfo"));
         // The result of a retry that carried inputResponses must not be cached (caching26).
-        let (ttl_ms, scope) = if self.park.is_some() {
+        let (ttl_ms, scope) = if self.rounds.had_rounds() {
             (0, CacheScope::Private)
         } else {
-            (self.app.config.cache_ttl_ms, self.app.config.cache_scope)
+            (self.ctx.cache_ttl_ms, self.ctx.cache_scope)
         };
         let ctx = RewriteCtx {
-            server_info: info,
+            server_info: self.server_info(),
             ttl_ms,
             scope,
         };
+        let raw = msg.result.as_ref().map_or("{}", |r| r.get());
         let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
-        Outcome {
-            status: StatusCode::OK,
-            body: Bytes::from(jsonrpc::response_bytes(id, &result)),
-            headers: http::HeaderMap::new(),
+        Outcome::result(jsonrpc::response_bytes(id, &result))
+    }
+
+    fn server_info(&self) -> Option<&Value> {
+        self.lease
+            .as_ref()
+            .and_then(|l| l.session().init_result().get("serverInfo"))
+    }
+
+    /// Ends the phase that holds a client exchange and returns the exchange; the phase is
+    /// `Done` until the caller sets the next one. `None` (phase untouched) when none is open.
+    fn take_leg(&mut self) -> Option<Leg> {
+        match std::mem::replace(&mut self.phase, Phase::Done) {
+            Phase::Running(leg) | Phase::Resuming(leg) | Phase::Gathering { leg, .. } => Some(leg),
+            other => {
+                self.phase = other;
+                None
+            }
         }
     }
 
     async fn on_notification(&mut self, msg: &Message) {
         match msg.method() {
             "notifications/progress" => {
-                let Some(leg) = &self.leg else { return };
-                let Some(token) = &leg.progress_token else {
-                    return;
-                };
-                let Ok(mut params) = msg.params_value() else {
-                    return;
-                };
-                // A retry may carry another token than the upstream knows: speak the leg's.
-                let Some(obj) = params.as_object_mut() else {
-                    return;
-                };
-                obj.insert("progressToken".into(), token.clone());
-                relay(leg, msg.method(), &params).await;
+                if let Some(leg) = self.phase.leg() {
+                    relay_progress(leg, msg).await;
+                }
             }
             "notifications/message" => {
-                let Some(leg) = &self.leg else { return };
-                let Some(threshold) = leg.log_level.as_deref() else {
-                    return;
-                };
-                let Ok(params) = msg.params_value() else {
-                    return;
-                };
-                let level = params
-                    .get("level")
-                    .and_then(Value::as_str)
-                    .unwrap_or("info");
-                if severity(level) >= severity(threshold) {
-                    relay(leg, msg.method(), &params).await;
+                if let Some(leg) = self.phase.leg() {
+                    relay_log(leg, msg).await;
                 }
             }
             // URL-mode completion is a legacy-only notification: consumed here, never relayed.
             "notifications/elicitation/complete" => {
-                let id = msg
-                    .params_value()
-                    .ok()
-                    .and_then(|p| p.get("elicitationId").cloned());
-                let known = self.pending.iter().any(|p| {
-                    p.elicitation_id.is_some()
-                        && id.as_ref().and_then(Value::as_str) == p.elicitation_id.as_deref()
-                });
+                let params = msg.params_value().unwrap_or_default();
+                let id = params.get("elicitationId").and_then(Value::as_str);
+                let known = id.is_some_and(|id| self.rounds.is_pending_url(id));
                 tracing::debug!(known, "upstream reported a URL elicitation complete");
             }
             // The upstream gave up on one of its own requests (TS SDK: after 60 s).
             "notifications/cancelled" => {
-                let Ok(params) = msg.params_value() else {
-                    return;
-                };
-                let Some(rid) = params.get("requestId") else {
-                    return;
-                };
-                let rid = rid.to_string();
-                self.pending
-                    .retain(|p| p.upstream_id.as_deref() != Some(rid.as_str()));
+                let params = msg.params_value().unwrap_or_default();
+                if let Some(rid) = params.get("requestId") {
+                    self.rounds.forget(&rid.to_string());
+                }
             }
             _ => {}
         }
     }
-}
 
-// Sends a request-scoped notification on the open leg (a closed leg is noticed by the actor loop).
-async fn relay(leg: &Leg, method: &str, params: &Value) {
-    let bytes = Bytes::from(jsonrpc::notification_bytes(method, params));
-    let _ = leg.tx.send(LegEvent::Message(bytes)).await;
-}
-
-// Resolves when the client closed the current leg's response (never, with no leg open).
-async fn client_gone(leg: &Option<Leg>) {
-    match leg {
-        Some(l) => l.tx.closed().await,
-        None => std::future::pending().await,
+    fn session(&self) -> Option<Arc<Session>> {
+        self.lease.as_ref().map(|l| Arc::clone(l.session()))
     }
 }
 
-fn id_is(raw: &RawValue, id: i64) -> bool {
-    raw.get().trim() == id.to_string()
+// Progress goes to the open exchange under *its* token: a retry may carry another token
+// than the one the upstream knows.
+async fn relay_progress(leg: &Leg, msg: &Message) {
+    let Some(token) = &leg.progress_token else {
+        return;
+    };
+    let Ok(Value::Object(mut params)) = msg.params_value() else {
+        return;
+    };
+    params.insert("progressToken".into(), token.clone());
+    leg.notify(jsonrpc::notification_bytes(
+        msg.method(),
+        &Value::Object(params),
+    ))
+    .await;
+}
+
+// Log messages go to the open exchange only when it asked for a level, at or above it.
+async fn relay_log(leg: &Leg, msg: &Message) {
+    let Some(threshold) = leg.log_level.as_deref() else {
+        return;
+    };
+    let Ok(params) = msg.params_value() else {
+        return;
+    };
+    let level = params
+        .get("level")
+        .and_then(Value::as_str)
+        .unwrap_or("info");
+    if severity(level) >= severity(threshold) {
+        leg.notify(jsonrpc::notification_bytes(msg.method(), &params))
+            .await;
+    }
+}
+
+// A future that never resolves when there is nothing to wait for.
+async fn or_pending<F: Future>(f: Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Syslog severity order used by MCP logging levels.

@@ -246,52 +246,13 @@ impl Config {
         let r = raw.results;
         let listen = s.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen.parse().map_err(|e| invalid("server.listen", e))?;
-        let mcp_path = s.mcp_path.unwrap_or_else(|| "/mcp".to_owned());
-        if !mcp_path.starts_with('/') {
-            return Err(invalid("server.mcp_path", "must start with '/'"));
-        }
+        let mcp_path = mcp_path(s.mcp_path)?;
         let upstream = parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?;
-        let principal_header = u.principal_header.as_deref().unwrap_or("authorization");
-        let principal_header =
-            http::HeaderName::from_bytes(principal_header.to_ascii_lowercase().as_bytes())
-                .map_err(|e| invalid("upstream.principal_header", e))?;
-        let default_roots = u
-            .default_roots
-            .into_iter()
-            .map(|v| serde_json::to_value(v).map_err(|e| invalid("upstream.default_roots", e)))
-            .collect::<Result<Vec<_>, _>>()?;
-        if default_roots
-            .iter()
-            .any(|r| r.get("uri").and_then(|u| u.as_str()).is_none())
-        {
-            return Err(invalid(
-                "upstream.default_roots",
-                "every root needs a `uri` string",
-            ));
-        }
-        let state_secret = match st.secret {
-            Some(sec) if sec.len() < MIN_SECRET_BYTES => {
-                return Err(invalid(
-                    "state.secret",
-                    format!("must be at least {MIN_SECRET_BYTES} bytes"),
-                ))
-            }
-            other => other.map(Secret::new),
-        };
-        let cache_scope = match r.cache_scope.as_deref().unwrap_or("private") {
-            "private" => CacheScope::Private,
-            "public" => CacheScope::Public,
-            other => {
-                return Err(invalid(
-                    "results.cache_scope",
-                    format!("`{other}` is not public or private"),
-                ))
-            }
-        };
-        let state_ttl = dur("state.ttl", st.ttl.as_deref(), "5m")?;
-        if state_ttl.is_zero() {
-            return Err(invalid("state.ttl", "must be greater than zero"));
-        }
+        let principal_header = principal_header(u.principal_header.as_deref())?;
+        let default_roots = roots(u.default_roots)?;
+        let state_secret = secret(st.secret)?;
+        let cache_scope = cache_scope(r.cache_scope.as_deref())?;
+        let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
         Ok(Self {
             listen,
             mcp_path,
@@ -303,7 +264,7 @@ impl Config {
             upstream,
             upstream_protocol_version: u
                 .protocol_version
-                .unwrap_or_else(|| "2025-11-25".to_owned()),
+                .unwrap_or_else(|| crate::protocol::DEFAULT_LEGACY_VERSION.to_owned()),
             upstream_timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "60s")?,
             max_sse_event_bytes: size(
                 "upstream.max_sse_event",
@@ -353,6 +314,58 @@ pub fn parse_upstream(url: &str) -> Result<Uri, ConfigError> {
         return Err(invalid("upstream.url", "must be an absolute http:// URL"));
     }
     Ok(uri)
+}
+
+fn mcp_path(raw: Option<String>) -> Result<String, ConfigError> {
+    let path = raw.unwrap_or_else(|| "/mcp".to_owned());
+    if !path.starts_with('/') {
+        return Err(invalid("server.mcp_path", "must start with '/'"));
+    }
+    Ok(path)
+}
+
+fn principal_header(raw: Option<&str>) -> Result<http::HeaderName, ConfigError> {
+    let name = raw.unwrap_or("authorization").to_ascii_lowercase();
+    http::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|e| invalid("upstream.principal_header", e))
+}
+
+fn roots(raw: Vec<toml::Value>) -> Result<Vec<serde_json::Value>, ConfigError> {
+    let roots = raw
+        .into_iter()
+        .map(|v| serde_json::to_value(v).map_err(|e| invalid("upstream.default_roots", e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    if roots
+        .iter()
+        .any(|r| r.get("uri").and_then(|u| u.as_str()).is_none())
+    {
+        return Err(invalid(
+            "upstream.default_roots",
+            "every root needs a `uri` string",
+        ));
+    }
+    Ok(roots)
+}
+
+fn secret(raw: Option<String>) -> Result<Option<Secret>, ConfigError> {
+    match raw {
+        Some(sec) if sec.len() < MIN_SECRET_BYTES => Err(invalid(
+            "state.secret",
+            format!("must be at least {MIN_SECRET_BYTES} bytes"),
+        )),
+        other => Ok(other.map(Secret::new)),
+    }
+}
+
+fn cache_scope(raw: Option<&str>) -> Result<CacheScope, ConfigError> {
+    match raw.unwrap_or("private") {
+        "private" => Ok(CacheScope::Private),
+        "public" => Ok(CacheScope::Public),
+        other => Err(invalid(
+            "results.cache_scope",
+            format!("`{other}` is not public or private"),
+        )),
+    }
 }
 
 fn invalid(key: &'static str, reason: impl fmt::Display) -> ConfigError {

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
+use crate::app::App;
 use crate::config::Config;
-use crate::server::{self, App};
+use crate::server;
 
 pub mod client;
 pub mod upstream;

@@ -1,19 +1,20 @@
-//! `ProxyError`: every failure the request path can produce, and the one place that maps an error
-//! to an HTTP response. Each variant knows its [`Side`], which picks the status class and log level.
+//! `ProxyError`: every failure the request path can produce, and its one mapping to what the
+//! client sees (HTTP status, JSON-RPC error object, extra headers). Each variant knows its
+//! [`Side`], which picks the status class and the log level. Pure: `edge` builds the responses.
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::body::{full, Body};
 use crate::jsonrpc::{self, ErrorObject};
+use crate::protocol::{self, MODERN_VERSION};
 use crate::state_token::TokenError;
 use crate::upstream::UpstreamError;
 
 /// Who is at fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Side {
+pub(crate) enum Side {
     /// The client sent something wrong (4xx).
     Client,
     /// The upstream failed (502/504).
@@ -22,9 +23,53 @@ pub enum Side {
     Internal,
 }
 
+/// What the edge logs about a failed exchange: who caused it, and what happened (never tokens,
+/// secrets or answers: error messages carry none).
+#[derive(Debug, Clone)]
+pub(crate) struct Failure {
+    /// Picks the log level.
+    pub(crate) side: Side,
+    /// The error's message.
+    pub(crate) message: String,
+}
+
+impl Failure {
+    /// The failure `err` describes.
+    pub(crate) fn of(err: &ProxyError) -> Self {
+        Self {
+            side: err.side(),
+            message: err.to_string(),
+        }
+    }
+
+    /// The one log line of a failure, in the current span, at its side's level: a client's
+    /// mistake at `debug` (it is answered, not an incident), an upstream's or the proxy's own
+    /// (a limit, a bug) at `warn`.
+    pub(crate) fn log(&self) {
+        let side = self.side.as_str();
+        match self.side {
+            Side::Client => tracing::debug!(side, error = %self.message, "request failed"),
+            Side::Upstream | Side::Internal => {
+                tracing::warn!(side, error = %self.message, "request failed");
+            }
+        }
+    }
+}
+
+impl Side {
+    /// The side's name in logs.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Self::Client => "client",
+            Self::Upstream => "upstream",
+            Self::Internal => "proxy",
+        }
+    }
+}
+
 /// A failure on the request path.
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     /// Body not JSON.
     #[error("parse error: {0}")]
     Parse(String),
@@ -70,6 +115,10 @@ pub enum ProxyError {
     /// GET/DELETE without a legacy session (405).
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// The upstream answered the call with a JSON-RPC error (already rewritten for modern
+    /// clients): an answer, not a failure of the proxy; -32601 keeps its HTTP 404.
+    #[error("the upstream answered with error {}", .0.code)]
+    Rpc(ErrorObject),
     /// The upstream failed.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
@@ -80,7 +129,7 @@ pub enum ProxyError {
 
 impl ProxyError {
     /// Who is at fault.
-    pub fn side(&self) -> Side {
+    pub(crate) fn side(&self) -> Side {
         match self {
             Self::Parse(_)
             | Self::InvalidRequest(_)
@@ -92,15 +141,17 @@ impl ProxyError {
             | Self::MissingCapability { .. }
             | Self::BodyTooLarge { .. }
             | Self::Forbidden
-            | Self::MethodNotAllowed => Side::Client,
+            | Self::MethodNotAllowed
+            | Self::Rpc(_) => Side::Client,
             Self::Upstream(UpstreamError::Unauthorized { .. }) => Side::Client,
+            Self::Upstream(UpstreamError::Busy(_)) => Side::Internal,
             Self::Upstream(_) => Side::Upstream,
             Self::Overloaded(_) | Self::Internal(_) => Side::Internal,
         }
     }
 
     /// HTTP status for this error.
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::Parse(_)
             | Self::InvalidRequest(_)
@@ -114,35 +165,42 @@ impl ProxyError {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::Rpc(e) if e.code == protocol::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+            Self::Rpc(_) => StatusCode::OK,
             Self::Upstream(e) => e.status(),
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The JSON-RPC error object sent to the client. Internal details never leave the proxy.
-    pub fn to_error_object(&self) -> ErrorObject {
+    pub(crate) fn to_error_object(&self) -> ErrorObject {
+        if let Self::Rpc(e) = self {
+            return e.clone();
+        }
         let (code, data) = match self {
-            Self::Parse(_) => (jsonrpc::PARSE_ERROR, None),
+            Self::Parse(_) => (protocol::PARSE_ERROR, None),
             Self::InvalidRequest(_)
             | Self::BodyTooLarge { .. }
             | Self::Forbidden
-            | Self::MethodNotAllowed => (jsonrpc::INVALID_REQUEST, None),
-            Self::HeaderMismatch(_) => (jsonrpc::HEADER_MISMATCH, None),
+            | Self::MethodNotAllowed => (protocol::INVALID_REQUEST, None),
+            Self::HeaderMismatch(_) => (protocol::HEADER_MISMATCH, None),
             Self::UnsupportedVersion { requested } => (
-                jsonrpc::UNSUPPORTED_PROTOCOL_VERSION,
-                Some(
-                    serde_json::json!({"supported": [crate::front::MODERN_VERSION], "requested": requested}),
-                ),
+                protocol::UNSUPPORTED_PROTOCOL_VERSION,
+                Some(serde_json::json!({"supported": [MODERN_VERSION], "requested": requested})),
             ),
-            Self::InvalidParams(_) | Self::State(_) => (jsonrpc::INVALID_PARAMS, None),
-            Self::MethodNotFound(_) => (jsonrpc::METHOD_NOT_FOUND, None),
+            Self::InvalidParams(_) | Self::State(_) => (protocol::INVALID_PARAMS, None),
+            Self::MethodNotFound(_) => (protocol::METHOD_NOT_FOUND, None),
             Self::MissingCapability { required } => (
-                jsonrpc::MISSING_REQUIRED_CLIENT_CAPABILITY,
+                protocol::MISSING_REQUIRED_CLIENT_CAPABILITY,
                 Some(serde_json::json!({"requiredCapabilities": required})),
             ),
-            Self::Overloaded(_) => (jsonrpc::SERVER_OVERLOADED, None),
-            Self::Upstream(UpstreamError::Unauthorized { .. }) => (jsonrpc::INVALID_REQUEST, None),
-            Self::Upstream(_) | Self::Internal(_) => (jsonrpc::INTERNAL_ERROR, None),
+            Self::Overloaded(_) | Self::Upstream(UpstreamError::Busy(_)) => {
+                (protocol::SERVER_OVERLOADED, None)
+            }
+            Self::Upstream(UpstreamError::Unauthorized { .. }) => (protocol::INVALID_REQUEST, None),
+            Self::Rpc(_) | Self::Upstream(_) | Self::Internal(_) => {
+                (protocol::INTERNAL_ERROR, None)
+            }
         };
         let message = match self {
             Self::Internal(_) => "internal error".to_owned(),
@@ -156,16 +214,16 @@ impl ProxyError {
     }
 
     /// The client-facing JSON-RPC error message bytes for request `id`.
-    pub fn to_body_bytes(&self, id: Option<&RawValue>) -> Bytes {
+    pub(crate) fn to_body_bytes(&self, id: Option<&RawValue>) -> Bytes {
         Bytes::from(jsonrpc::error_bytes(id, &self.to_error_object()))
     }
 
     /// Headers the answer carries besides the content type: `Retry-After` past a limit, the
     /// upstream's `WWW-Authenticate` challenge when it refused the credentials.
-    pub fn extra_headers(&self) -> HeaderMap {
+    pub(crate) fn extra_headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
         match self {
-            Self::Overloaded(_) => {
+            Self::Overloaded(_) | Self::Upstream(UpstreamError::Busy(_)) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             Self::Upstream(UpstreamError::Unauthorized {
@@ -176,18 +234,6 @@ impl ProxyError {
             _ => {}
         }
         h
-    }
-
-    /// The single error → HTTP response mapping.
-    pub fn into_response(self, id: Option<&RawValue>) -> Response<Body> {
-        let mut resp = Response::new(full(self.to_body_bytes(id)));
-        *resp.status_mut() = self.status();
-        *resp.headers_mut() = self.extra_headers();
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        resp
     }
 }
 
@@ -219,9 +265,26 @@ mod tests {
             e.to_error_object().data.unwrap()["requiredCapabilities"]["elicitation"],
             serde_json::json!({})
         );
-        let r = ProxyError::Overloaded("full".into()).into_response(None);
-        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(r.headers().contains_key(header::RETRY_AFTER));
+        let e = ProxyError::Overloaded("full".into());
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(e.extra_headers().contains_key(header::RETRY_AFTER));
+        let e = ProxyError::Upstream(UpstreamError::Busy("all upstream sessions are busy"));
+        assert_eq!(e.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(e.side(), Side::Internal);
+        assert_eq!(e.to_error_object().code, -32000);
+        let not_found = ErrorObject {
+            code: -32601,
+            message: "no such tool".into(),
+            data: None,
+        };
+        assert_eq!(
+            ProxyError::Rpc(not_found.clone()).status(),
+            StatusCode::NOT_FOUND
+        );
+        assert_eq!(
+            ProxyError::Rpc(not_found).to_error_object().message,
+            "no such tool"
+        );
     }
 
     #[test]

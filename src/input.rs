@@ -5,7 +5,7 @@ use serde_json::{json, Map, Value};
 
 /// The three kinds of input a server may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InputKind {
+pub(crate) enum InputKind {
     /// `elicitation/create`
     Elicitation,
     /// `sampling/createMessage`
@@ -16,7 +16,7 @@ pub enum InputKind {
 
 impl InputKind {
     /// The kind behind a legacy server request method, if it is one.
-    pub fn from_method(method: &str) -> Option<Self> {
+    pub(crate) fn from_method(method: &str) -> Option<Self> {
         match method {
             "elicitation/create" => Some(Self::Elicitation),
             "sampling/createMessage" => Some(Self::Sampling),
@@ -26,7 +26,7 @@ impl InputKind {
     }
 
     /// Prefix of the `inputRequests` keys minted for this kind.
-    pub fn key_prefix(self) -> &'static str {
+    pub(crate) fn key_prefix(self) -> &'static str {
         match self {
             Self::Elicitation => "elicitation",
             Self::Sampling => "sampling",
@@ -35,7 +35,7 @@ impl InputKind {
     }
 
     /// The method name.
-    pub fn method(self) -> &'static str {
+    pub(crate) fn method(self) -> &'static str {
         match self {
             Self::Elicitation => "elicitation/create",
             Self::Sampling => "sampling/createMessage",
@@ -46,7 +46,7 @@ impl InputKind {
 
 /// Converts legacy params into the embedded modern request `{method, params}`: legacy `_meta`,
 /// `task` and URL-mode `elicitationId` are dropped (the id is returned to be kept proxy-side).
-pub fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<String>) {
+pub(crate) fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<String>) {
     let mut p: Map<String, Value> = params
         .and_then(Value::as_object)
         .cloned()
@@ -69,7 +69,7 @@ pub fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<St
 ///
 /// # Errors
 /// The `requiredCapabilities` object to put in a -32021 error.
-pub fn check_capability(
+pub(crate) fn check_capability(
     kind: InputKind,
     params: Option<&Value>,
     caps: &Value,
@@ -114,7 +114,7 @@ pub fn check_capability(
 ///
 /// # Errors
 /// A message naming what is wrong.
-pub fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
+pub(crate) fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
     let Some(obj) = answer.as_object() else {
         return Err("must be an object".into());
     };
@@ -158,7 +158,7 @@ pub fn validate_answer(kind: InputKind, answer: &Value) -> Result<(), String> {
 }
 
 /// The answer given to the upstream when a parked request is abandoned (TTL, cancellation).
-pub fn cancel_answer(kind: InputKind) -> Option<Value> {
+pub(crate) fn cancel_answer(kind: InputKind) -> Option<Value> {
     match kind {
         InputKind::Elicitation => Some(json!({"action": "cancel"})),
         InputKind::Sampling | InputKind::Roots => None,

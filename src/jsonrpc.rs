@@ -7,55 +7,34 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-/// Parse error (invalid JSON).
-pub const PARSE_ERROR: i64 = -32700;
-/// The JSON is not a valid request object.
-pub const INVALID_REQUEST: i64 = -32600;
-/// Unknown or capability-gated method.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// Invalid params (also: bad or expired `requestState`, missing `_meta` fields).
-pub const INVALID_PARAMS: i64 = -32602;
-/// Internal error.
-pub const INTERNAL_ERROR: i64 = -32603;
-/// Legacy (≤ 2025-11-25) "resource not found"; mapped to [`INVALID_PARAMS`] for modern clients.
-pub const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
-/// Legacy (2025-11-25) "URL elicitation required".
-pub const LEGACY_URL_ELICITATION_REQUIRED: i64 = -32042;
-/// 2026-07-28: mirrored headers missing or not matching the body.
-pub const HEADER_MISMATCH: i64 = -32020;
-/// 2026-07-28: processing needs a capability the request did not declare.
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-/// 2026-07-28: the requested protocol version is not supported.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
-/// Implementation-defined: the proxy is at a configured limit (parked calls, sessions).
-pub const SERVER_OVERLOADED: i64 = -32000;
+use crate::protocol::INTERNAL_ERROR;
 
 /// One incoming JSON-RPC message, parsed only down to its envelope.
 #[derive(Debug, Deserialize)]
-pub struct Message {
+pub(crate) struct Message {
     /// Must be `"2.0"`; checked by [`Message::parse`].
     #[serde(default)]
-    pub jsonrpc: Option<String>,
+    pub(crate) jsonrpc: Option<String>,
     /// Request or response id; absent on notifications.
     #[serde(default, deserialize_with = "deserialize_present")]
-    pub id: Option<Box<RawValue>>,
+    pub(crate) id: Option<Box<RawValue>>,
     /// Present on requests and notifications.
     #[serde(default)]
-    pub method: Option<String>,
+    pub(crate) method: Option<String>,
     /// Request or notification params, untouched.
     #[serde(default)]
-    pub params: Option<Box<RawValue>>,
+    pub(crate) params: Option<Box<RawValue>>,
     /// Successful response payload, untouched.
     #[serde(default)]
-    pub result: Option<Box<RawValue>>,
+    pub(crate) result: Option<Box<RawValue>>,
     /// Error response payload.
     #[serde(default)]
-    pub error: Option<ErrorObject>,
+    pub(crate) error: Option<ErrorObject>,
 }
 
 /// What kind of JSON-RPC message a [`Message`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// Has `method` and `id`.
     Request,
     /// Has `method`, no `id`.
@@ -66,20 +45,20 @@ pub enum Kind {
 
 /// A JSON-RPC error object; `data` stays raw.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct ErrorObject {
+pub(crate) struct ErrorObject {
     /// Error code.
-    pub code: i64,
+    pub(crate) code: i64,
     /// Human-readable message.
     #[serde(default)]
-    pub message: String,
+    pub(crate) message: String,
     /// Optional structured data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub data: Option<Value>,
+    pub(crate) data: Option<Value>,
 }
 
 /// Why bytes are not a usable JSON-RPC message.
 #[derive(Debug, thiserror::Error)]
-pub enum EnvelopeError {
+pub(crate) enum EnvelopeError {
     /// Not JSON at all (or not an object).
     #[error("invalid json: {0}")]
     Json(#[from] serde_json::Error),
@@ -101,7 +80,7 @@ impl Message {
     ///
     /// # Errors
     /// [`EnvelopeError`] when the bytes are not JSON or not a JSON-RPC 2.0 message.
-    pub fn parse(bytes: &[u8]) -> Result<Self, EnvelopeError> {
+    pub(crate) fn parse(bytes: &[u8]) -> Result<Self, EnvelopeError> {
         let msg: Self = serde_json::from_slice(bytes)?;
         if msg.jsonrpc.as_deref() != Some("2.0") {
             return Err(EnvelopeError::Shape("jsonrpc must be \"2.0\""));
@@ -114,7 +93,7 @@ impl Message {
     ///
     /// # Errors
     /// [`EnvelopeError::Shape`] for a message that is neither request, notification nor response.
-    pub fn kind(&self) -> Result<Kind, EnvelopeError> {
+    pub(crate) fn kind(&self) -> Result<Kind, EnvelopeError> {
         match (
             &self.method,
             &self.id,
@@ -130,7 +109,7 @@ impl Message {
     }
 
     /// The method name, or `""` for responses.
-    pub fn method(&self) -> &str {
+    pub(crate) fn method(&self) -> &str {
         self.method.as_deref().unwrap_or("")
     }
 
@@ -138,7 +117,7 @@ impl Message {
     ///
     /// # Errors
     /// Never for params that came through [`Message::parse`]; kept fallible for safety.
-    pub fn params_value(&self) -> Result<Value, serde_json::Error> {
+    pub(crate) fn params_value(&self) -> Result<Value, serde_json::Error> {
         match &self.params {
             Some(raw) => serde_json::from_str(raw.get()),
             None => Ok(Value::Null),
@@ -147,7 +126,7 @@ impl Message {
 }
 
 /// Serialises a successful response `{"jsonrpc":"2.0","id":…,"result":…}` from a raw result.
-pub fn response_bytes(id: &RawValue, result: &str) -> Vec<u8> {
+pub(crate) fn response_bytes(id: &RawValue, result: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(result.len() + id.get().len() + 32);
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.get().as_bytes());
@@ -158,7 +137,7 @@ pub fn response_bytes(id: &RawValue, result: &str) -> Vec<u8> {
 }
 
 /// Serialises an error response. `id` is `null` when the request id is unknown.
-pub fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8> {
+pub(crate) fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8> {
     let id = id.map_or("null", RawValue::get);
     let err = serde_json::to_string(error)
         .unwrap_or_else(|_| format!(r#"{{"code":{INTERNAL_ERROR},"message":"internal error"}}"#));
@@ -166,34 +145,19 @@ pub fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8> {
 }
 
 /// Serialises a notification from a method and params value.
-pub fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
+pub(crate) fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({"jsonrpc":"2.0","method":method,"params":params}))
         .unwrap_or_default()
 }
 
 /// Serialises a request with an integer id (used toward the upstream).
-pub fn request_bytes(id: i64, method: &str, params: &Value) -> Vec<u8> {
+pub(crate) fn request_bytes(id: i64, method: &str, params: &Value) -> Vec<u8> {
     let body = if params.is_null() {
         serde_json::json!({"jsonrpc":"2.0","id":id,"method":method})
     } else {
         serde_json::json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
     };
     serde_json::to_vec(&body).unwrap_or_default()
-}
-
-/// Turns a raw JSON value into an owned boxed raw value (falls back to `null`).
-pub fn to_raw(value: &Value) -> Box<RawValue> {
-    serde_json::value::to_raw_value(value).unwrap_or_else(|_| null_raw())
-}
-
-/// A boxed raw `null`.
-pub fn null_raw() -> Box<RawValue> {
-    RawValue::from_string("null".to_owned()).unwrap_or_else(|_| unreachable_null())
-}
-
-// `"null"` is always valid JSON; this exists only so the fallback type-checks without a panic.
-fn unreachable_null() -> Box<RawValue> {
-    serde_json::value::to_raw_value(&Value::Null).unwrap_or_else(|_| Box::default())
 }
 
 #[cfg(test)]

@@ -3,45 +3,57 @@
 //! multi round-trip (`input_required`) results with a signed `requestState`.
 //!
 //! ```text
-//! client ─POST /mcp─▶ proxy::handle ── Origin check (403)
-//!   │  Mcp-Session-Id / initialize / legacy version ──▶ relay (bytes, streamed both ways)
+//! client ─POST /mcp─▶ front::handle ── Origin check (403), CORS preflight
+//!   │  Mcp-Session-Id / initialize / legacy version ──▶ front::relay (bytes, streamed both ways)
 //!   │  modern: front::validate (-32020 / -32022 / -32602 → 400, unknown method → 404)
 //!   ├─ server/discover      ─▶ pool lease ─▶ rewrite::discover_result (from InitializeResult)
-//!   ├─ subscriptions/listen ─▶ listen (subscribe on a session, pin it; the pool's change feed
-//!   │                          from every session of the principal, filtered and tagged)
-//!   ├─ requestState present ─▶ state_token::verify ─▶ parked::claim ─▶ Resume ─▶ call actor
-//!   └─ other forwards       ─▶ call::spawn: pool lease ─▶ upstream POST (JSON | SSE)
-//!                                 server request ─▶ gather ─▶ park (input_required + token)
-//!                                 final ─▶ rewrite::rewrite_result ─▶ call::respond (JSON | SSE)
+//!   ├─ subscriptions/listen ─▶ front::listen (subscribe on a session, pin it; the pool's change
+//!   │                          feed from every session of the principal, filtered and tagged)
+//!   ├─ requestState present ─▶ state_token::verify ─▶ call::registry claim ─▶ Retry ─▶ the actor
+//!   └─ other forwards       ─▶ call::spawn: the call actor (one Phase enum)
+//!                                 Running: pool lease ─▶ upstream POST (JSON | SSE)
+//!                                 server request ─▶ Gathering ─▶ Parked (input_required + token)
+//!                                 retry ─▶ Resuming (answers upstream) ─▶ Running | Parked
+//!                                 final ─▶ rewrite::rewrite_result ─▶ Done
+//!   every answer ◀── edge (JSON, or SSE with keep-alives; each failure logged once, by side)
 //!   failures: upstream → 502/504 (401/403 + its challenge passed through), limits → 503 +
 //!             Retry-After, client faults → 4xx, all JSON-RPC
 //! GET /.well-known/… ─▶ relay to the upstream's origin (OAuth metadata); /healthz /readyz /metrics
 //! ```
 //!
-//! Modules: [`config`] and [`cli`] (settings), [`server`] (listener, `App`, admin routes),
-//! [`proxy`] (the pipeline), [`front`] (modern validation), [`relay`] (legacy pass-through),
-//! [`call`] (call actor), [`parked`] (registry), [`input`] (input requests), [`state_token`]
-//! (JWT), [`rewrite`] (results), [`listen`], [`upstream`] (client, sessions, pool), [`sse`],
-//! [`jsonrpc`], [`metrics`], [`body`], [`error`], [`demo`], [`telemetry`], [`shutdown`].
+//! Modules, each depending only on those below it (a test fails on any cycle):
+//! - [`server`]: listener, accept loop, admin routes, shutdown; [`demo`]: the built-in walkthrough
+//! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
+//! - `edge`: every response built, the SSE writer, failure logging
+//! - [`app`]: the shared state
+//! - `call`: the call actor (`rounds` pure bookkeeping, `registry` of parked calls, `park`, `leg`,
+//!   `end`)
+//! - `rewrite` (results), `input` (input requests), `state_token` (JWT), `upstream` (client,
+//!   sessions, pool), `metrics`
+//! - `error`, `jsonrpc`, [`sse`], [`body`], [`config`], [`cli`], `protocol` (constants, depends on
+//!   nothing), [`telemetry`], [`shutdown`]
+//!
+//! The public surface is what the binary, the tests and the benchmark use: [`app::App`],
+//! [`server::run`], [`config::Config`], [`cli`], [`demo`], [`sse`], [`body`], [`telemetry`],
+//! [`shutdown`].
 
+pub mod app;
 pub mod body;
-pub mod call;
+mod call;
 pub mod cli;
 pub mod config;
 pub mod demo;
-pub mod error;
-pub mod front;
-pub mod input;
-pub mod jsonrpc;
-pub mod listen;
-pub mod metrics;
-pub mod parked;
-pub mod proxy;
-pub mod relay;
-pub mod rewrite;
+mod edge;
+mod error;
+mod front;
+mod input;
+mod jsonrpc;
+mod metrics;
+mod protocol;
+mod rewrite;
 pub mod server;
 pub mod shutdown;
 pub mod sse;
-pub mod state_token;
+mod state_token;
 pub mod telemetry;
-pub mod upstream;
+mod upstream;

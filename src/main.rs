@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
+use mrtr_proxy::app::App;
 use mrtr_proxy::cli::{Cli, Command};
 use mrtr_proxy::config::{self, Config};
 use mrtr_proxy::{demo, server, shutdown, telemetry};
@@ -54,7 +55,7 @@ async fn main() -> ExitCode {
         "mrtr-proxy listening on http://{bound}{} -> {}",
         config.mcp_path, config.upstream
     );
-    server::run(listener, server::App::new(config), shutdown::signal()).await;
+    server::run(listener, App::new(config), shutdown::signal()).await;
     ExitCode::SUCCESS
 }
 

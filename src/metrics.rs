@@ -5,36 +5,67 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Process-wide counters (one instance in `App`).
 #[derive(Debug, Default)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     /// Modern requests accepted past validation.
-    pub modern_requests: AtomicU64,
+    pub(crate) modern_requests: AtomicU64,
     /// Requests relayed for legacy clients.
-    pub legacy_requests: AtomicU64,
+    pub(crate) legacy_requests: AtomicU64,
     /// Requests rejected at validation (4xx).
-    pub rejected_requests: AtomicU64,
+    pub(crate) rejected_requests: AtomicU64,
     /// `input_required` results sent (rounds).
-    pub rounds: AtomicU64,
+    pub(crate) rounds: AtomicU64,
     /// Input requests (keys) sent across all rounds.
-    pub input_requests: AtomicU64,
+    pub(crate) input_requests: AtomicU64,
     /// Retries that resumed a parked call.
-    pub resumes: AtomicU64,
+    pub(crate) resumes: AtomicU64,
     /// requestStates refused.
-    pub rejected_states: AtomicU64,
+    pub(crate) rejected_states: AtomicU64,
     /// Parked calls ended by their TTL.
-    pub expired: AtomicU64,
+    pub(crate) expired: AtomicU64,
 }
 
 impl Metrics {
     /// Adds one to a counter.
-    pub fn inc(counter: &AtomicU64) {
+    pub(crate) fn inc(counter: &AtomicU64) {
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An `input_required` round with `keys` input requests was sent.
+    pub(crate) fn round_sent(&self, keys: usize) {
+        Self::inc(&self.rounds);
+        self.input_requests
+            .fetch_add(keys as u64, Ordering::Relaxed);
+    }
+
+    /// A parked call reached its deadline.
+    pub(crate) fn call_expired(&self) {
+        Self::inc(&self.expired);
     }
 
     /// Prometheus text exposition; `parked`, `idle_sessions` and `session_waiters` are gauges read
     /// by the caller.
-    pub fn render(&self, parked: usize, idle_sessions: usize, session_waiters: usize) -> String {
+    pub(crate) fn render(
+        &self,
+        parked: usize,
+        idle_sessions: usize,
+        session_waiters: usize,
+    ) -> String {
         let mut out = String::new();
-        let counters = [
+        for (name, help, c) in self.counters() {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                c.load(Ordering::Relaxed)
+            );
+        }
+        let _ = writeln!(out, "# HELP mrtr_parked_calls Calls parked now\n# TYPE mrtr_parked_calls gauge\nmrtr_parked_calls {parked}");
+        let _ = writeln!(out, "# HELP mrtr_idle_sessions Idle upstream sessions\n# TYPE mrtr_idle_sessions gauge\nmrtr_idle_sessions {idle_sessions}");
+        let _ = writeln!(out, "# HELP mrtr_session_waiters Requests waiting for an upstream session (pool full)\n# TYPE mrtr_session_waiters gauge\nmrtr_session_waiters {session_waiters}");
+        out
+    }
+
+    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 8] {
+        [
             (
                 "mrtr_modern_requests_total",
                 "Modern requests accepted",
@@ -75,18 +106,7 @@ impl Metrics {
                 "Parked calls ended by their TTL",
                 &self.expired,
             ),
-        ];
-        for (name, help, c) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
-        let _ = writeln!(out, "# HELP mrtr_parked_calls Calls parked now\n# TYPE mrtr_parked_calls gauge\nmrtr_parked_calls {parked}");
-        let _ = writeln!(out, "# HELP mrtr_idle_sessions Idle upstream sessions\n# TYPE mrtr_idle_sessions gauge\nmrtr_idle_sessions {idle_sessions}");
-        let _ = writeln!(out, "# HELP mrtr_session_waiters Requests waiting for an upstream session (pool full)\n# TYPE mrtr_session_waiters gauge\nmrtr_session_waiters {session_waiters}");
-        out
+        ]
     }
 }
 

@@ -9,22 +9,25 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::config::CacheScope;
-use crate::front::{META_SERVER_INFO, MODERN_VERSION};
-use crate::jsonrpc::{self, ErrorObject};
+use crate::jsonrpc::ErrorObject;
+use crate::protocol::{
+    INTERNAL_ERROR, INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, META_SERVER_INFO, MODERN_VERSION,
+    RESERVED_CODES,
+};
 
 /// What rewriting needs to know.
 #[derive(Debug, Clone, Copy)]
-pub struct RewriteCtx<'a> {
+pub(crate) struct RewriteCtx<'a> {
     /// The upstream's `serverInfo`, put in every result's `_meta`.
-    pub server_info: Option<&'a Value>,
+    pub(crate) server_info: Option<&'a Value>,
     /// `ttlMs` for cacheable results.
-    pub ttl_ms: u64,
+    pub(crate) ttl_ms: u64,
     /// `cacheScope` for cacheable results.
-    pub scope: CacheScope,
+    pub(crate) scope: CacheScope,
 }
 
 /// Results that carry `ttlMs`/`cacheScope` in 2026-07-28.
-pub fn is_cacheable(method: &str) -> bool {
+pub(crate) fn is_cacheable(method: &str) -> bool {
     matches!(
         method,
         "server/discover"
@@ -49,7 +52,7 @@ struct TopKeys {
 }
 
 /// Rewrites a legacy result (raw JSON object) of `method` into the modern shape.
-pub fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
+pub(crate) fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
     let cacheable = is_cacheable(method);
     let needs_tree = method == "tools/list";
     if !needs_tree {
@@ -122,17 +125,17 @@ fn strip_legacy_tool_fields(obj: &mut Map<String, Value>) {
 /// becomes -32602. Codes in the range 2026-07-28 reserves for the spec (-32020 … -32099) mean
 /// nothing defined when a legacy server sends them (-32042, URL elicitation required, where it
 /// could not become a round), and must not be emitted: they become -32603, message and data kept.
-pub fn rewrite_error(mut err: ErrorObject) -> ErrorObject {
-    if err.code == jsonrpc::LEGACY_RESOURCE_NOT_FOUND {
-        err.code = jsonrpc::INVALID_PARAMS;
-    } else if (-32099..=-32020).contains(&err.code) {
-        err.code = jsonrpc::INTERNAL_ERROR;
+pub(crate) fn rewrite_error(mut err: ErrorObject) -> ErrorObject {
+    if err.code == LEGACY_RESOURCE_NOT_FOUND {
+        err.code = INVALID_PARAMS;
+    } else if RESERVED_CODES.contains(&err.code) {
+        err.code = INTERNAL_ERROR;
     }
     err
 }
 
 /// Builds the `server/discover` result from the upstream's `InitializeResult`.
-pub fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCtx<'_>) -> Value {
+pub(crate) fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCtx<'_>) -> Value {
     let mut caps = init
         .get("capabilities")
         .cloned()

@@ -1,4 +1,5 @@
-//! Listener, accept loop, admin routes and graceful shutdown. Owns [`App`], the one shared state.
+//! Listener, accept loop, admin routes and graceful shutdown. Serves an [`App`]; the request
+//! path itself is `front`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -14,73 +15,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
+use crate::app::App;
 use crate::body::{full, Body};
-use crate::config::Config;
-use crate::metrics::Metrics;
-use crate::parked::ParkedCalls;
-use crate::state_token::{random_id, random_secret, TokenCodec};
-use crate::upstream::pool::PoolConfig;
-use crate::upstream::{SessionPool, UpstreamClient};
-
-/// Everything a request needs, shared behind one `Arc`.
-#[derive(Debug)]
-pub struct App {
-    /// Validated configuration.
-    pub config: Config,
-    /// Legacy session pool (and the upstream client inside it).
-    pub pool: Arc<SessionPool>,
-    /// Parked calls.
-    pub parked: Arc<ParkedCalls>,
-    /// requestState signer/verifier.
-    pub tokens: TokenCodec,
-    /// Counters for `/metrics`.
-    pub metrics: Metrics,
-    /// Flips to `true` when the proxy shuts down; call actors then cancel their upstream calls.
-    pub shutdown: tokio::sync::watch::Sender<bool>,
-}
-
-impl App {
-    /// Builds the state from a config. Generates a signing key when none is configured.
-    pub fn new(config: Config) -> Arc<Self> {
-        let client = UpstreamClient::new(
-            config.upstream.clone(),
-            config.upstream_timeout,
-            config.max_sse_event_bytes,
-        );
-        let pool = SessionPool::new(
-            client,
-            PoolConfig {
-                max_sessions: config.max_sessions,
-                idle_timeout: config.session_idle,
-                acquire_timeout: config.session_acquire_timeout,
-                protocol_version: config.upstream_protocol_version.clone(),
-                default_roots: Arc::new(config.default_roots.clone()),
-            },
-        );
-        let secret = match &config.state_secret {
-            Some(s) => s.clone(),
-            None => {
-                tracing::info!("no state.secret configured: generated a random signing key (single instance only; tokens die with the process)");
-                random_secret()
-            }
-        };
-        let issuer = config.instance_id.clone().unwrap_or_else(|| random_id(9));
-        let tokens = TokenCodec::new(&secret, issuer, config.state_ttl);
-        let parked = ParkedCalls::new(
-            config.max_parked,
-            config.max_parked_per_principal,
-            config.state_ttl,
-        );
-        Arc::new(Self {
-            config,
-            pool,
-            parked,
-            tokens,
-            metrics: Metrics::default(),
-            shutdown: tokio::sync::watch::channel(false).0,
-        })
-    }
-}
+use crate::{edge, front};
 
 /// Serves `listener` until `shutdown` resolves, then drains for at most the grace period.
 pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
@@ -128,7 +65,7 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
     let grace = app.config.shutdown_grace;
     let drain = async {
         graceful.shutdown().await;
-        app.parked.wait_empty().await;
+        app.calls.parked.wait_empty().await;
     };
     if tokio::time::timeout(grace, drain).await.is_err() {
         tracing::warn!(
@@ -142,25 +79,25 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
 async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path();
     if path == app.config.mcp_path {
-        return crate::proxy::handle(app, req).await;
+        return front::handle(app, req).await;
     }
     if req.method() == Method::GET && path.starts_with("/.well-known/") {
         use http_body_util::BodyExt;
         let req = req.map(|b| b.map_err(Into::into).boxed());
-        return crate::relay::relay_same_path(&app, req).await;
+        return front::relay_same_path(&app, req).await;
     }
     match (req.method(), path) {
-        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
-        (&Method::GET, "/readyz") if app.pool.is_ready() => text(StatusCode::OK, "ready\n"),
-        (&Method::GET, "/readyz") => text(
+        (&Method::GET, "/healthz") => edge::text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") if app.pool.is_ready() => edge::text(StatusCode::OK, "ready\n"),
+        (&Method::GET, "/readyz") => edge::text(
             StatusCode::SERVICE_UNAVAILABLE,
             "upstream not initialized yet\n",
         ),
         (&Method::GET, "/metrics") => {
             let mut r = Response::new(full(app.metrics.render(
-                app.parked.len(),
-                app.pool.idle_count(),
-                app.pool.waiters(),
+                app.parked_calls(),
+                app.idle_sessions(),
+                app.session_waiters(),
             )));
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
@@ -168,14 +105,8 @@ async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
             );
             r
         }
-        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        _ => edge::text(StatusCode::NOT_FOUND, "not found\n"),
     }
-}
-
-fn text(status: StatusCode, body: &'static str) -> Response<Body> {
-    let mut r = Response::new(full(body));
-    *r.status_mut() = status;
-    r
 }
 
 // Readiness probe until the upstream first answers, idle-session reaping, tombstone sweeping.
@@ -198,6 +129,6 @@ async fn background(app: Arc<App>) {
         if closed > 0 {
             tracing::debug!(closed, "closed idle upstream sessions");
         }
-        app.parked.sweep();
+        app.calls.parked.sweep();
     }
 }

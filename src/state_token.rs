@@ -13,30 +13,39 @@ use sha2::{Digest, Sha256};
 
 use crate::config::Secret;
 
-/// Claims carried by a requestState. Nothing here reaches the upstream session.
+/// Claims carried by a requestState. Nothing here reaches the upstream session. Names are short
+/// on the wire (the token travels on every retry), full in code.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Claims {
+pub(crate) struct Claims {
     /// Unguessable handle of the parked call.
-    pub h: String,
+    #[serde(rename = "h")]
+    pub(crate) handle: String,
     /// Issuer: this proxy instance.
-    pub iss: String,
+    #[serde(rename = "iss")]
+    pub(crate) issuer: String,
     /// Digest of the principal.
-    pub sub: String,
+    #[serde(rename = "sub")]
+    pub(crate) principal: String,
     /// Digest of the request (method + name/uri + canonical arguments).
-    pub req: String,
+    #[serde(rename = "req")]
+    pub(crate) request: String,
     /// Round number, starting at 1.
-    pub rnd: u32,
+    #[serde(rename = "rnd")]
+    pub(crate) round: u32,
     /// Issued at (unix seconds).
-    pub iat: u64,
+    #[serde(rename = "iat")]
+    pub(crate) issued_at: u64,
     /// Expires at (unix seconds).
-    pub exp: u64,
-    /// Single-use id.
-    pub jti: String,
+    #[serde(rename = "exp")]
+    pub(crate) expires_at: u64,
+    /// Single-use id of this round's token.
+    #[serde(rename = "jti")]
+    pub(crate) token_id: String,
 }
 
 /// Why a requestState was refused. Every variant is a client-side failure (-32602).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TokenError {
+pub(crate) enum TokenError {
     /// Not a token we signed: bad format, bad signature, wrong algorithm, wrong issuer.
     #[error("requestState is invalid")]
     Invalid,
@@ -58,7 +67,7 @@ pub enum TokenError {
 }
 
 /// Signs and verifies requestState tokens.
-pub struct TokenCodec {
+pub(crate) struct TokenCodec {
     encoding: EncodingKey,
     decoding: DecodingKey,
     issuer: String,
@@ -80,7 +89,7 @@ impl std::fmt::Debug for TokenCodec {
 
 impl TokenCodec {
     /// A codec for `secret`, issuing as `issuer`, tokens living `ttl`.
-    pub fn new(secret: &Secret, issuer: String, ttl: Duration) -> Self {
+    pub(crate) fn new(secret: &Secret, issuer: String, ttl: Duration) -> Self {
         Self {
             encoding: EncodingKey::from_secret(secret.expose()),
             decoding: DecodingKey::from_secret(secret.expose()),
@@ -91,22 +100,17 @@ impl TokenCodec {
     }
 
     /// The time tokens are minted and checked against (see `anchor`).
-    pub fn now(&self) -> SystemTime {
+    pub(crate) fn now(&self) -> SystemTime {
         self.anchor.0 + self.anchor.1.elapsed()
     }
 
-    /// This instance's issuer id.
-    pub fn issuer(&self) -> &str {
-        &self.issuer
-    }
-
     /// Token lifetime.
-    pub fn ttl(&self) -> Duration {
+    pub(crate) fn ttl(&self) -> Duration {
         self.ttl
     }
 
     /// Mints claims for round `rnd` of parked call `handle` at time `now`.
-    pub fn claims(
+    pub(crate) fn claims(
         &self,
         handle: &str,
         principal: &str,
@@ -114,16 +118,16 @@ impl TokenCodec {
         rnd: u32,
         now: SystemTime,
     ) -> Claims {
-        let iat = unix(now);
+        let issued_at = unix(now);
         Claims {
-            h: handle.to_owned(),
-            iss: self.issuer.clone(),
-            sub: principal.to_owned(),
-            req: request.to_owned(),
-            rnd,
-            iat,
-            exp: iat + self.ttl.as_secs().max(1),
-            jti: random_id(12),
+            handle: handle.to_owned(),
+            issuer: self.issuer.clone(),
+            principal: principal.to_owned(),
+            request: request.to_owned(),
+            round: rnd,
+            issued_at,
+            expires_at: issued_at + self.ttl.as_secs().max(1),
+            token_id: random_id(12),
         }
     }
 
@@ -131,7 +135,7 @@ impl TokenCodec {
     ///
     /// # Errors
     /// Only if serialisation fails, which it does not for these claims.
-    pub fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+    pub(crate) fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
         jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
     }
 
@@ -139,7 +143,7 @@ impl TokenCodec {
     ///
     /// # Errors
     /// The [`TokenError`] saying which check failed; the signature is checked before anything else.
-    pub fn verify(
+    pub(crate) fn verify(
         &self,
         token: &str,
         principal: &str,
@@ -154,16 +158,16 @@ impl TokenCodec {
         let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &v)
             .map_err(|_| TokenError::Invalid)?;
         let c = data.claims;
-        if c.iss != self.issuer {
+        if c.issuer != self.issuer {
             return Err(TokenError::Invalid);
         }
-        if unix(now) >= c.exp {
+        if unix(now) >= c.expires_at {
             return Err(TokenError::Expired);
         }
-        if c.sub != principal {
+        if c.principal != principal {
             return Err(TokenError::WrongPrincipal);
         }
-        if c.req != request {
+        if c.request != request {
             return Err(TokenError::WrongRequest);
         }
         Ok(c)
@@ -171,12 +175,12 @@ impl TokenCodec {
 }
 
 /// Seconds since the epoch (0 before it).
-pub fn unix(t: SystemTime) -> u64 {
+pub(crate) fn unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 /// A random URL-safe id of `bytes` random bytes.
-pub fn random_id(bytes: usize) -> String {
+pub(crate) fn random_id(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     // getrandom only fails when the OS has no entropy source at all; a zeroed id would then be
     // guessable, so fall back to a time-derived hash rather than panic on the request path.
@@ -188,12 +192,12 @@ pub fn random_id(bytes: usize) -> String {
 }
 
 /// A fresh random HS256 secret (used when none is configured).
-pub fn random_secret() -> Secret {
+pub(crate) fn random_secret() -> Secret {
     Secret::new(random_id(48))
 }
 
 /// Hex digest of the principal header value (`None` → the anonymous principal).
-pub fn principal_digest(value: Option<&[u8]>) -> String {
+pub(crate) fn principal_digest(value: Option<&[u8]>) -> String {
     let mut h = Sha256::new();
     h.update(b"principal\0");
     match value {
@@ -208,7 +212,7 @@ pub fn principal_digest(value: Option<&[u8]>) -> String {
 
 /// Hex digest of a request: method, target (tool/prompt name or resource uri) and the canonical
 /// (key-sorted) arguments.
-pub fn request_digest(method: &str, target: &str, arguments: &serde_json::Value) -> String {
+pub(crate) fn request_digest(method: &str, target: &str, arguments: &serde_json::Value) -> String {
     let mut h = Sha256::new();
     for part in [
         method.as_bytes(),
@@ -222,7 +226,7 @@ pub fn request_digest(method: &str, target: &str, arguments: &serde_json::Value)
 }
 
 /// Key-sorted compact JSON (serde_json's map is ordered by key without `preserve_order`).
-pub fn canonical_json(v: &serde_json::Value) -> String {
+pub(crate) fn canonical_json(v: &serde_json::Value) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
 

@@ -1,86 +1,76 @@
-//! How a call ends, on every path: failing on the current leg (or retiring a parked entry),
-//! abandoning the upstream call (cancel answers, then `notifications/cancelled`), shutting down,
-//! and turning away retries that raced the end. The lease and the registry guard are dropped with
-//! the actor.
+//! How a call ends, on every path: failing on the open exchange (or, parked, retiring the
+//! registry entry so that a late retry learns why), abandoning the upstream call (cancel answers,
+//! then `notifications/cancelled`), expiry, shutdown, and turning away retries that raced the
+//! end. The lease and the registry guard are dropped with the actor.
 
-use std::sync::Arc;
-
-use super::{Call, LegEvent, Outcome, Step};
-use crate::error::ProxyError;
+use super::leg::{Leg, Outcome};
+use super::{Call, Phase, Upstream};
+use crate::error::{Failure, ProxyError};
 use crate::input;
-use crate::jsonrpc::{self, ErrorObject};
+use crate::jsonrpc::ErrorObject;
+use crate::protocol::INTERNAL_ERROR;
 use crate::state_token::TokenError;
 
 impl Call {
-    /// The call is over: a retry that claimed it but was not served yet (it raced the end) is
-    /// told why, instead of finding its response channel closed.
-    pub(super) async fn turn_away_queued_retries(&mut self) {
-        let Some(park) = self.park.as_mut() else {
-            return;
-        };
-        park.guard.retire("the call ended");
-        park.commands.close();
-        let reason = park
-            .guard
-            .retired_because()
-            .unwrap_or("the call ended")
-            .to_owned();
-        while let Ok(r) = park.commands.try_recv() {
-            let err = ProxyError::from(TokenError::Gone(reason.clone()));
-            let _ = r
-                .leg
-                .tx
-                .send(LegEvent::Done(Outcome::error(&err, &r.leg.id)))
-                .await;
+    /// Ends the call with `err`: on the open exchange, or, parked (the upstream died meanwhile),
+    /// by retiring the entry so that a late retry learns why. The session is not reused.
+    pub(super) async fn fail(&mut self, err: ProxyError) {
+        if let Some(leg) = self.take_leg() {
+            return self.fail_on(leg, err).await;
         }
+        // No exchange to carry it: this is the failure's one log line.
+        Failure::of(&err).log();
+        if let Some(p) = &mut self.parking {
+            p.guard.retire(format!("the upstream call failed ({err})"));
+        }
+        self.poison_lease();
+        self.phase = Phase::Done;
     }
 
-    pub(super) async fn shut_down(&mut self) -> Step {
-        if let Some(p) = &mut self.park {
+    /// Ends the call with `err` on `leg`.
+    pub(super) async fn fail_on(&mut self, leg: Leg, err: ProxyError) {
+        let outcome = Outcome::error(&err, &leg.id);
+        leg.finish(outcome).await;
+        self.poison_lease();
+        self.phase = Phase::Done;
+    }
+
+    /// The parked call's deadline passed without a retry.
+    pub(super) async fn expire(&mut self) {
+        self.ctx.metrics.call_expired();
+        tracing::debug!("a parked call expired");
+        if let Some(p) = &mut self.parking {
+            p.guard
+                .retire("the call expired before the client answered");
+        }
+        self.cancel_upstream("the client did not answer in time")
+            .await;
+        self.phase = Phase::Done;
+    }
+
+    /// The proxy shuts down: cancel upstream, answer an open exchange 503.
+    pub(super) async fn shut_down(&mut self) {
+        if let Some(p) = &mut self.parking {
             p.guard.retire("the proxy shut down");
         }
         self.cancel_upstream("the proxy is shutting down").await;
         self.fail(ProxyError::Overloaded("the proxy is shutting down".into()))
-            .await
+            .await;
     }
 
-    /// Ends the call with `err` on the current leg, or, parked (the upstream died meanwhile),
-    /// retires the entry so that a late retry learns why. The session is not reused.
-    pub(super) async fn fail(&mut self, err: ProxyError) -> Step {
-        match self.leg.take() {
-            Some(leg) => {
-                let _ = leg
-                    .tx
-                    .send(LegEvent::Done(Outcome::error(&err, &leg.id)))
-                    .await;
-            }
-            None => {
-                if let Some(p) = &mut self.park {
-                    p.guard.retire(format!("the upstream call failed ({err})"));
-                }
-            }
-        }
-        if let Some(l) = self.lease.as_mut() {
-            l.poison();
-        }
-        Step::Stop
-    }
-
-    /// Abandons the upstream call: pending server requests get a cancel answer, then
-    /// `notifications/cancelled`; the session is not reused.
+    /// Abandons the upstream call: pending server requests get a cancel answer, then the request
+    /// in flight gets `notifications/cancelled`; the session is not reused.
     pub(super) async fn cancel_upstream(&mut self, reason: &str) {
-        let Some(lease) = self.lease.as_mut() else {
+        let Some(session) = self.session() else {
             return;
         };
-        lease.poison();
-        let session = Arc::clone(lease.session());
-        for p in std::mem::take(&mut self.pending) {
-            let Some(id) = p.upstream_id else { continue };
-            let res = match input::cancel_answer(p.kind) {
+        self.poison_lease();
+        for (id, kind) in self.rounds.abandon() {
+            let res = match input::cancel_answer(kind) {
                 Some(a) => session.answer(&id, Ok(&a.to_string())).await,
                 None => {
                     let e = ErrorObject {
-                        code: jsonrpc::INTERNAL_ERROR,
+                        code: INTERNAL_ERROR,
                         message: reason.to_owned(),
                         data: None,
                     };
@@ -91,9 +81,36 @@ impl Call {
                 tracing::debug!(error = %e, "could not cancel a pending server request");
             }
         }
-        if self.stream.is_some() || self.upstream_id != 0 {
-            session.cancel(self.upstream_id, reason).await;
+        if let Upstream::InFlight { id, .. } = std::mem::replace(&mut self.upstream, Upstream::Idle)
+        {
+            session.cancel(id, reason).await;
         }
-        self.stream = None;
+    }
+
+    /// The call is over: a retry that claimed it but was not served yet (it raced the end) is
+    /// told why, instead of finding its response channel closed.
+    pub(super) async fn turn_away_queued_retries(&mut self) {
+        let Some(park) = self.parking.as_mut() else {
+            return;
+        };
+        park.guard.retire("the call ended");
+        park.retries.close();
+        let reason = park
+            .guard
+            .retired_because()
+            .unwrap_or("the call ended")
+            .to_owned();
+        while let Ok(r) = park.retries.try_recv() {
+            let err = ProxyError::from(TokenError::Gone(reason.clone()));
+            let outcome = Outcome::error(&err, &r.leg.id);
+            r.leg.finish(outcome).await;
+        }
+    }
+
+    // The upstream call may still run: close the session instead of reusing it.
+    fn poison_lease(&mut self) {
+        if let Some(l) = self.lease.as_mut() {
+            l.poison();
+        }
     }
 }

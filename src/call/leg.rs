@@ -1,36 +1,33 @@
-//! One client exchange with a call ("leg"): the channel the actor writes to, and how the front
-//! turns what arrives into an HTTP response — JSON when the final message comes first, SSE when a
-//! notification comes first or the upstream stays quiet past the keep-alive interval.
-
-use std::time::Duration;
+//! One client exchange with a call ("leg"): the first request or a retry. The actor writes
+//! [`LegEvent`]s to it; the HTTP edge turns them into a JSON or SSE response.
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{HeaderMap, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use crate::body::{full, Body, ChannelBody};
-use crate::error::ProxyError;
-use crate::sse;
+use crate::error::{Failure, ProxyError};
 
-/// One client HTTP exchange with the call: the first request or a retry.
+/// How many events a leg buffers before the actor waits for the client to read.
+const LEG_BUFFER: usize = 64;
+
+/// One client HTTP exchange with the call.
 #[derive(Debug)]
-pub struct Leg {
+pub(crate) struct Leg {
     /// The JSON-RPC id of this exchange.
-    pub id: Box<RawValue>,
+    pub(crate) id: Box<RawValue>,
     /// Where the actor sends events.
-    pub tx: mpsc::Sender<LegEvent>,
+    pub(crate) tx: mpsc::Sender<LegEvent>,
     /// `_meta.progressToken` of this exchange.
-    pub progress_token: Option<Value>,
+    pub(crate) progress_token: Option<Value>,
     /// `io.modelcontextprotocol/logLevel` of this exchange.
-    pub log_level: Option<String>,
+    pub(crate) log_level: Option<String>,
 }
 
 /// What the actor sends to the current leg.
 #[derive(Debug)]
-pub enum LegEvent {
+pub(crate) enum LegEvent {
     /// A request-scoped notification (already encoded JSON-RPC).
     Message(Bytes),
     /// The last message of this exchange.
@@ -39,101 +36,68 @@ pub enum LegEvent {
 
 /// The last message of an exchange and the HTTP status it implies when it comes first.
 #[derive(Debug)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// HTTP status if the response is still JSON.
-    pub status: StatusCode,
+    pub(crate) status: StatusCode,
     /// The JSON-RPC message.
-    pub body: Bytes,
+    pub(crate) body: Bytes,
     /// Headers besides the content type (`Retry-After`, `WWW-Authenticate`).
-    pub headers: http::HeaderMap,
+    pub(crate) headers: HeaderMap,
+    /// Why the exchange failed, logged once by the edge; `None` for a result.
+    pub(crate) failure: Option<Failure>,
 }
 
 impl Outcome {
-    pub(super) fn error(err: &ProxyError, id: &RawValue) -> Self {
+    /// A result (or an `input_required` round) for the client.
+    pub(crate) fn result(body: Vec<u8>) -> Self {
+        Self {
+            status: StatusCode::OK,
+            body: Bytes::from(body),
+            headers: HeaderMap::new(),
+            failure: None,
+        }
+    }
+
+    /// `err`, as the answer to request `id`.
+    pub(crate) fn error(err: &ProxyError, id: &RawValue) -> Self {
         Self {
             status: err.status(),
             body: err.to_body_bytes(Some(id)),
             headers: err.extra_headers(),
+            failure: Some(Failure::of(err)),
         }
     }
 }
 
-/// A new leg and the receiver the front answers the client from.
-pub fn leg(
-    id: Box<RawValue>,
-    progress_token: Option<Value>,
-    log_level: Option<String>,
-) -> (Leg, mpsc::Receiver<LegEvent>) {
-    let (tx, rx) = mpsc::channel(64);
-    (
-        Leg {
+impl Leg {
+    /// A new leg for request `id`, and the receiver the edge answers the client from.
+    pub(crate) fn open(
+        id: Box<RawValue>,
+        progress_token: Option<Value>,
+        log_level: Option<String>,
+    ) -> (Self, mpsc::Receiver<LegEvent>) {
+        let (tx, rx) = mpsc::channel(LEG_BUFFER);
+        let leg = Self {
             id,
             tx,
             progress_token,
             log_level,
-        },
-        rx,
-    )
-}
+        };
+        (leg, rx)
+    }
 
-/// Answers the client from a leg: JSON when the final message comes first, SSE when a
-/// notification comes first or the upstream stays quiet longer than the keep-alive interval.
-pub async fn respond(mut rx: mpsc::Receiver<LegEvent>, keepalive: Duration) -> Response<Body> {
-    let first = tokio::time::timeout(keepalive, rx.recv()).await;
-    let first = match first {
-        Ok(Some(LegEvent::Done(out))) => return json_response(out),
-        Ok(Some(LegEvent::Message(m))) => Some(m),
-        Ok(None) => {
-            return ProxyError::Internal("call ended without an answer".into()).into_response(None);
-        }
-        Err(_) => None,
-    };
-    let (body_tx, body) = ChannelBody::channel(16);
-    tokio::spawn(async move {
-        if let Some(m) = first {
-            if body_tx.send(sse::encode_message(&m)).await.is_err() {
-                return;
-            }
-        }
-        let mut tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
-        loop {
-            tokio::select! {
-                ev = rx.recv() => match ev {
-                    Some(LegEvent::Message(m)) => {
-                        if body_tx.send(sse::encode_message(&m)).await.is_err() { return; }
-                    }
-                    Some(LegEvent::Done(out)) => {
-                        let _ = body_tx.send(sse::encode_message(&out.body)).await;
-                        return;
-                    }
-                    None => return,
-                },
-                _ = tick.tick() => {
-                    if body_tx.send(sse::keepalive()).await.is_err() { return; }
-                }
-                // The client went away: dropping `rx` tells the actor to cancel upstream.
-                () = body_tx.closed() => return,
-            }
-        }
-    });
-    let mut resp = Response::new(body);
-    let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/event-stream"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    resp
-}
+    /// Ends the exchange with `outcome` (a client that left is noticed by the actor's loop).
+    pub(crate) async fn finish(self, outcome: Outcome) {
+        let _ = self.tx.send(LegEvent::Done(outcome)).await;
+    }
 
-fn json_response(out: Outcome) -> Response<Body> {
-    let mut resp = Response::new(full(out.body));
-    *resp.status_mut() = out.status;
-    *resp.headers_mut() = out.headers;
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    resp
+    /// Sends a request-scoped notification.
+    pub(crate) async fn notify(&self, message: Vec<u8>) {
+        let _ = self.tx.send(LegEvent::Message(Bytes::from(message))).await;
+    }
+
+    /// Resolves when the client closed this exchange's response.
+    pub(crate) async fn closed(&self) {
+        self.tx.closed().await;
+    }
 }

@@ -1,89 +1,74 @@
-//! Rounds: turning upstream server requests into `input_required` rounds (capability gating,
-//! key minting, parking with a fresh token) and resuming a parked call with the client's answers.
+//! Round bookkeeping, pure: the server requests a call is waiting on (key → upstream id), minting
+//! keys, opening a round (the `inputRequests` of an `input_required` result), taking a retry's
+//! answers (what to deliver upstream, what to ask again), and what to cancel when the call is
+//! abandoned. No IO and no knowledge of the actor: the actor sends what this type decides.
 
-use std::sync::Arc;
-
-use bytes::Bytes;
-use http::StatusCode;
 use serde_json::{json, Map, Value};
-use tokio::sync::mpsc;
-use tokio::time::Instant;
 
-use super::{Call, LegEvent, Outcome, Step};
-use crate::error::ProxyError;
 use crate::input::{self, InputKind};
-use crate::jsonrpc::{self, ErrorObject, Message};
-use crate::metrics::Metrics;
-use crate::parked::{ParkGuard, Resume};
-use crate::state_token::random_id;
+use crate::protocol::META_SERVER_INFO;
+
+/// The server requests of one call that wait for the client, across its rounds.
+#[derive(Debug, Default)]
+pub(super) struct Rounds {
+    pending: Vec<Pending>,
+    /// Keys minted so far (keys are unique per call: `elicitation-1`, `sampling-2`, …).
+    minted: u32,
+    /// Rounds opened so far; the current round's number once one is open.
+    opened: u32,
+    /// The upstream answered -32042: once its URL elicitations are answered, the original request
+    /// must be sent again.
+    reissue: bool,
+}
 
 /// A server request waiting for the client's answer.
 #[derive(Debug)]
-pub(super) struct Pending {
-    pub(super) key: String,
-    pub(super) kind: InputKind,
-    /// Raw JSON id of the upstream request; `None` for a synthetic request made from -32042.
-    pub(super) upstream_id: Option<String>,
-    pub(super) embedded: Value,
+struct Pending {
+    key: String,
+    kind: InputKind,
+    /// Raw JSON id of the upstream request; `None` for a URL elicitation made from -32042, which
+    /// is answered by re-issuing the call rather than by a response.
+    upstream_id: Option<String>,
+    /// The modern embedded request the client sees.
+    embedded: Value,
     /// URL-mode `elicitationId`: removed from what the client sees (2026-07-28 has none), kept
-    /// here to recognise the upstream's `notifications/elicitation/complete`.
-    pub(super) elicitation_id: Option<String>,
+    /// to recognise the upstream's `notifications/elicitation/complete`.
+    elicitation_id: Option<String>,
 }
 
-pub(super) struct Parking {
-    pub(super) guard: ParkGuard,
-    pub(super) commands: mpsc::Receiver<Resume>,
-    pub(super) deadline: Instant,
-    pub(super) round: u32,
+/// One round, ready to send: its number, its keys with their kinds (for answer validation) and
+/// the `inputRequests` object.
+#[derive(Debug)]
+pub(super) struct Round {
+    pub(super) number: u32,
+    pub(super) keys: Vec<(String, InputKind)>,
+    pub(super) input_requests: Map<String, Value>,
 }
 
-impl Call {
-    pub(super) async fn on_server_request(&mut self, msg: Message) -> Step {
-        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else {
-            return Step::Continue;
-        };
-        let method = msg.method().to_owned();
-        let kind = InputKind::from_method(&method);
-        let Some(kind) = kind.filter(|_| self.spec.input_capable) else {
-            session.answer_default(&msg).await;
-            return Step::Continue;
-        };
-        let params = msg.params_value().ok().filter(|p| !p.is_null());
-        if let Err(required) =
-            input::check_capability(kind, params.as_ref(), &self.spec.capabilities)
-        {
-            let id = msg
-                .id
-                .as_ref()
-                .map(|i| i.get().to_owned())
-                .unwrap_or_default();
-            let refusal = ErrorObject {
-                code: jsonrpc::INVALID_PARAMS,
-                message: "the client did not declare this capability".into(),
-                data: None,
-            };
-            let _ = session.answer(&id, Err(&refusal)).await;
-            self.cancel_upstream("the client lacks a required capability")
-                .await;
-            return self.fail(ProxyError::MissingCapability { required }).await;
-        }
-        let id = msg.id.as_ref().map(|i| i.get().to_owned());
-        self.add_pending(kind, id, params.as_ref());
-        if self.leg.is_some() && self.gather_until.is_none() {
-            self.gather_until = Some(Instant::now() + self.app.config.gather_window);
-        }
-        Step::Continue
-    }
+/// What a retry's answers mean for the upstream.
+#[derive(Debug, Default, PartialEq)]
+pub(super) struct Answered {
+    /// Responses to send upstream, in the order the requests arrived: (upstream id, result).
+    pub(super) deliveries: Vec<(String, Value)>,
+    /// Every URL elicitation of a -32042 is answered: send the original request again.
+    pub(super) reissue: bool,
+}
 
-    pub(super) fn add_pending(
+/// A request to abandon: its upstream id and kind (which picks the cancel answer).
+pub(super) type Abandoned = (String, InputKind);
+
+impl Rounds {
+    /// Adds a server request (or, with no `upstream_id`, a URL elicitation from -32042) and
+    /// returns its key.
+    pub(super) fn ask(
         &mut self,
         kind: InputKind,
         upstream_id: Option<String>,
         params: Option<&Value>,
-    ) {
+    ) -> &str {
         let (embedded, elicitation_id) = input::to_embedded(kind, params);
-        self.key_counter += 1;
-        let key = format!("{}-{}", kind.key_prefix(), self.key_counter);
+        self.minted += 1;
+        let key = format!("{}-{}", kind.key_prefix(), self.minted);
         self.pending.push(Pending {
             key,
             kind,
@@ -91,140 +76,232 @@ impl Call {
             embedded,
             elicitation_id,
         });
+        self.pending.last().map_or("", |p| p.key.as_str())
     }
 
-    pub(super) async fn park_round(&mut self) -> Step {
-        let Some(leg) = self.leg.take() else {
-            return Step::Continue;
-        };
-        if self.pending.is_empty() {
-            self.leg = Some(leg);
-            return Step::Continue;
+    /// Adds the URL elicitations of a legacy -32042 error; the call is re-issued once they are
+    /// answered.
+    pub(super) fn ask_url_elicitations(&mut self, elicitations: &[Value]) {
+        for e in elicitations {
+            self.ask(InputKind::Elicitation, None, Some(e));
         }
-        if self.park.is_none() {
-            let (tx, commands) = mpsc::channel(1);
-            let handle = random_id(16);
-            match self.app.parked.register(
-                handle,
-                &self.spec.principal,
-                &self.spec.request_digest,
-                tx,
-            ) {
-                Ok(guard) => {
-                    self.park = Some(Parking {
-                        guard,
-                        commands,
-                        deadline: Instant::now(),
-                        round: 0,
-                    })
-                }
-                Err(e) => {
-                    self.leg = Some(leg);
-                    self.cancel_upstream("the proxy is at its parked-call limit")
-                        .await;
-                    return self.fail(e).await;
-                }
-            }
-        }
-        let Some(park) = self.park.as_mut() else {
-            return Step::Stop;
-        };
-        park.round += 1;
-        let tokens = &self.app.tokens;
-        let claims = tokens.claims(
-            park.guard.handle(),
-            &self.spec.principal,
-            &self.spec.request_digest,
-            park.round,
-            tokens.now(),
-        );
-        let token = match tokens.sign(&claims) {
-            Ok(t) => t,
-            Err(e) => {
-                self.leg = Some(leg);
-                return self.fail(ProxyError::Internal(e.to_string())).await;
-            }
-        };
-        park.guard.open_round(
-            &claims.jti,
-            self.pending
+        self.reissue = !elicitations.is_empty();
+    }
+
+    /// Whether anything waits for the client.
+    pub(super) fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Whether a round was ever opened (results after rounds are never cacheable).
+    pub(super) fn had_rounds(&self) -> bool {
+        self.opened > 0
+    }
+
+    /// Opens the next round over everything pending (keys asked again keep their names).
+    pub(super) fn open(&mut self) -> Round {
+        self.opened += 1;
+        Round {
+            number: self.opened,
+            keys: self
+                .pending
                 .iter()
                 .map(|p| (p.key.clone(), p.kind))
                 .collect(),
-        );
-        park.deadline = Instant::now() + tokens.ttl();
-        let requests: Map<String, Value> = self
-            .pending
-            .iter()
-            .map(|p| (p.key.clone(), p.embedded.clone()))
-            .collect();
-        let mut result = json!({"resultType": "input_required", "inputRequests": requests, "requestState": token});
-        // Every result SHOULD name the server in `_meta`, interim ones too.
-        if let Some(info) = self
-            .lease
-            .as_ref()
-            .and_then(|l| l.session().init_result().get("serverInfo"))
-        {
-            result["_meta"] = json!({ "io.modelcontextprotocol/serverInfo": info });
+            input_requests: self
+                .pending
+                .iter()
+                .map(|p| (p.key.clone(), p.embedded.clone()))
+                .collect(),
         }
-        let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
-        tracing::debug!(round = park.round, keys = self.pending.len(), "parked call");
-        Metrics::inc(&self.app.metrics.rounds);
-        self.app.metrics.input_requests.fetch_add(
-            self.pending.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        let _ = leg
-            .tx
-            .send(LegEvent::Done(Outcome {
-                status: StatusCode::OK,
-                body: Bytes::from(body),
-                headers: http::HeaderMap::new(),
-            }))
-            .await;
-        Step::Continue
     }
 
-    pub(super) async fn resume(&mut self, r: Resume) -> Step {
-        self.leg = Some(r.leg);
-        if let Some(msg) = self.held_final.take() {
-            let Some(leg) = self.leg.take() else {
-                return Step::Stop;
-            };
-            let out = self.final_outcome(msg, &leg.id);
-            let _ = leg.tx.send(LegEvent::Done(out)).await;
-            return Step::Stop;
-        }
-        let Some(session) = self.lease.as_ref().map(|l| Arc::clone(l.session())) else {
-            return Step::Stop;
-        };
-        let mut still = Vec::new();
-        for p in std::mem::take(&mut self.pending) {
-            let Some(answer) = r.answers.get(&p.key) else {
-                still.push(p);
-                continue;
+    /// Takes the answers a retry gave: answered requests leave the pending set (those with an
+    /// upstream id become deliveries), the others stay to be asked again. Keys the call did not
+    /// ask for are ignored.
+    pub(super) fn answer(&mut self, answers: &Map<String, Value>) -> Answered {
+        let mut out = Answered::default();
+        self.pending.retain(|p| {
+            let Some(answer) = answers.get(&p.key) else {
+                return true;
             };
             if let Some(id) = &p.upstream_id {
-                if let Err(e) = session.answer(id, Ok(&answer.to_string())).await {
-                    self.pending = still;
-                    return self.fail(e.into()).await;
-                }
+                out.deliveries.push((id.clone(), answer.clone()));
             }
-        }
-        self.pending = still;
+            false
+        });
         if self.reissue && self.pending.iter().all(|p| p.upstream_id.is_some()) {
             self.reissue = false;
-            if let Err(e) = self.send_upstream_request().await {
-                return self.fail(e).await;
-            }
+            out.reissue = true;
         }
-        if self.pending.is_empty() {
-            if let Some(p) = &self.park {
-                p.guard.close_round();
-            }
-            return Step::Continue;
-        }
-        // Keys still unanswered: ask again for just those, same parked call, fresh token.
-        self.park_round().await
+        out
+    }
+
+    /// Empties the pending set: the upstream requests to answer with a cancellation.
+    pub(super) fn abandon(&mut self) -> Vec<Abandoned> {
+        self.reissue = false;
+        std::mem::take(&mut self.pending)
+            .into_iter()
+            .filter_map(|p| Some((p.upstream_id?, p.kind)))
+            .collect()
+    }
+
+    /// The upstream cancelled one of its own requests (`notifications/cancelled`): stop asking.
+    pub(super) fn forget(&mut self, upstream_id: &str) {
+        self.pending
+            .retain(|p| p.upstream_id.as_deref() != Some(upstream_id));
+    }
+
+    /// Whether `elicitation_id` names a pending URL elicitation.
+    pub(super) fn is_pending_url(&self, elicitation_id: &str) -> bool {
+        self.pending
+            .iter()
+            .any(|p| p.elicitation_id.as_deref() == Some(elicitation_id))
+    }
+}
+
+/// The `input_required` result for `round`, signed `token`, naming the server in `_meta` (every
+/// result SHOULD, interim ones too).
+pub(super) fn input_required(round: &Round, token: &str, server_info: Option<&Value>) -> Value {
+    let mut result = json!({
+        "resultType": "input_required",
+        "inputRequests": round.input_requests,
+        "requestState": token,
+    });
+    if let Some(info) = server_info {
+        result["_meta"] = json!({ META_SERVER_INFO: info });
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn elicit(message: &str) -> Value {
+        json!({"message": message, "requestedSchema": {"type": "object", "properties": {}}})
+    }
+
+    fn answers(pairs: &[(&str, Value)]) -> Map<String, Value> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn keys_are_unique_per_call_and_name_their_kind() {
+        let mut r = Rounds::default();
+        assert_eq!(
+            r.ask(InputKind::Elicitation, Some("0".into()), Some(&elicit("a"))),
+            "elicitation-1"
+        );
+        assert_eq!(
+            r.ask(InputKind::Sampling, Some("1".into()), None),
+            "sampling-2"
+        );
+        assert_eq!(r.ask(InputKind::Roots, Some("2".into()), None), "roots-3");
+        let round = r.open();
+        assert_eq!(round.number, 1);
+        assert_eq!(
+            round.input_requests.keys().collect::<Vec<_>>(),
+            ["elicitation-1", "roots-3", "sampling-2"]
+        );
+        assert_eq!(
+            round.input_requests["roots-3"],
+            json!({"method": "roots/list"})
+        );
+        assert_eq!(
+            round.keys[1],
+            ("sampling-2".to_owned(), InputKind::Sampling)
+        );
+    }
+
+    #[test]
+    fn answers_are_delivered_in_arrival_order_and_missing_keys_asked_again() {
+        let mut r = Rounds::default();
+        r.ask(InputKind::Elicitation, Some("7".into()), Some(&elicit("a")));
+        r.ask(
+            InputKind::Elicitation,
+            Some("\"x\"".into()),
+            Some(&elicit("b")),
+        );
+        r.ask(InputKind::Roots, Some("9".into()), None);
+        r.open();
+        let got = r.answer(&answers(&[
+            ("roots-3", json!({"roots": []})),
+            ("elicitation-1", json!({"action": "decline"})),
+            ("unasked-9", json!({})),
+        ]));
+        assert_eq!(
+            got.deliveries,
+            vec![
+                ("7".to_owned(), json!({"action": "decline"})),
+                ("9".to_owned(), json!({"roots": []})),
+            ]
+        );
+        assert!(!got.reissue);
+        assert!(r.has_pending());
+        let again = r.open();
+        assert_eq!(again.number, 2);
+        assert_eq!(
+            again.input_requests.keys().collect::<Vec<_>>(),
+            ["elicitation-2"],
+            "a key asked again keeps its name"
+        );
+        let got = r.answer(&answers(&[("elicitation-2", json!({"action": "cancel"}))]));
+        assert_eq!(got.deliveries.len(), 1);
+        assert!(!r.has_pending());
+        assert!(r.had_rounds());
+    }
+
+    #[test]
+    fn url_elicitations_from_32042_reissue_once_all_are_answered() {
+        let mut r = Rounds::default();
+        let url = |id: &str| json!({"mode": "url", "message": "m", "url": "https://x", "elicitationId": id});
+        r.ask_url_elicitations(&[url("e1"), url("e2")]);
+        let round = r.open();
+        assert!(
+            round.input_requests["elicitation-1"]["params"]
+                .get("elicitationId")
+                .is_none(),
+            "the legacy id stays proxy-side"
+        );
+        assert!(r.is_pending_url("e2"));
+        let got = r.answer(&answers(&[("elicitation-1", json!({"action": "accept"}))]));
+        assert_eq!(
+            got,
+            Answered::default(),
+            "nothing to deliver, one still missing"
+        );
+        let got = r.answer(&answers(&[("elicitation-2", json!({"action": "accept"}))]));
+        assert!(got.reissue);
+        assert!(got.deliveries.is_empty());
+        assert!(!r.answer(&Map::new()).reissue, "re-issued once");
+    }
+
+    #[test]
+    fn abandoning_names_only_real_upstream_requests() {
+        let mut r = Rounds::default();
+        r.ask(InputKind::Sampling, Some("3".into()), None);
+        r.ask_url_elicitations(&[json!({"mode": "url", "url": "https://x"})]);
+        r.ask(InputKind::Elicitation, Some("4".into()), Some(&elicit("a")));
+        r.forget("4");
+        assert_eq!(r.abandon(), vec![("3".to_owned(), InputKind::Sampling)]);
+        assert!(!r.has_pending());
+        assert!(r.abandon().is_empty());
+    }
+
+    #[test]
+    fn the_round_result_names_the_server() {
+        let mut r = Rounds::default();
+        r.ask(InputKind::Roots, Some("1".into()), None);
+        let round = r.open();
+        let info = json!({"name": "up", "version": "1"});
+        let v = input_required(&round, "tok", Some(&info));
+        assert_eq!(v["resultType"], "input_required");
+        assert_eq!(v["requestState"], "tok");
+        assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "up");
+        assert!(input_required(&round, "tok", None).get("_meta").is_none());
     }
 }

@@ -11,24 +11,24 @@ use tokio::sync::broadcast;
 /// A list-changed or resource-updated notification seen on some upstream session, with the
 /// principal (digest) that session belongs to.
 #[derive(Debug, Clone)]
-pub struct Change {
+pub(crate) struct Change {
     /// Principal digest of the session it came from.
-    pub principal: Arc<str>,
+    pub(crate) principal: Arc<str>,
     /// The notification as the upstream sent it.
-    pub message: Bytes,
+    pub(crate) message: Bytes,
 }
 
 /// One session's end of the pool-wide change channel.
 #[derive(Debug, Clone)]
-pub struct ChangeFeed {
+pub(crate) struct ChangeFeed {
     /// The pool-wide channel.
-    pub tx: broadcast::Sender<Change>,
+    pub(crate) tx: broadcast::Sender<Change>,
     /// Principal digest of the session.
-    pub principal: Arc<str>,
+    pub(crate) principal: Arc<str>,
 }
 
 /// Whether `method` is a change notification `subscriptions/listen` streams carry.
-pub fn is_change(method: &str) -> bool {
+pub(crate) fn is_change(method: &str) -> bool {
     matches!(
         method,
         "notifications/tools/list_changed"

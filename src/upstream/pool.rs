@@ -15,37 +15,36 @@ use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use super::changes::{Change, ChangeFeed};
-use super::session::{legacy_capabilities, SessionParams};
-use super::{Session, UpstreamClient, UpstreamError};
-use crate::error::ProxyError;
+use super::client::{UpstreamClient, UpstreamError};
+use super::session::{legacy_capabilities, Session, SessionParams};
 
 /// Sessions are shared only between requests with the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PoolKey {
+pub(crate) struct PoolKey {
     /// Principal digest.
-    pub principal: String,
+    pub(crate) principal: String,
     /// Canonical JSON of the declared (legacy-mapped) capabilities.
-    pub capabilities: String,
+    pub(crate) capabilities: String,
 }
 
 /// Pool settings.
 #[derive(Debug, Clone)]
-pub struct PoolConfig {
+pub(crate) struct PoolConfig {
     /// Upper bound on sessions.
-    pub max_sessions: usize,
+    pub(crate) max_sessions: usize,
     /// Idle sessions older than this are closed.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// How long a lease waits for room.
-    pub acquire_timeout: Duration,
+    pub(crate) acquire_timeout: Duration,
     /// Protocol version asked for.
-    pub protocol_version: String,
+    pub(crate) protocol_version: String,
     /// Answer to unattributed `roots/list`.
-    pub default_roots: Arc<Vec<Value>>,
+    pub(crate) default_roots: Arc<Vec<Value>>,
 }
 
 /// The session pool.
 #[derive(Debug)]
-pub struct SessionPool {
+pub(crate) struct SessionPool {
     client: UpstreamClient,
     cfg: PoolConfig,
     idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>>>,
@@ -86,7 +85,7 @@ const CHANGE_BACKLOG: usize = 1024;
 
 /// Exclusive use of one session; returned to the pool on drop.
 #[derive(Debug)]
-pub struct Lease {
+pub(crate) struct Lease {
     session: Arc<Session>,
     key: PoolKey,
     pool: Arc<SessionPool>,
@@ -95,7 +94,7 @@ pub struct Lease {
 
 impl SessionPool {
     /// An empty pool.
-    pub fn new(client: UpstreamClient, cfg: PoolConfig) -> Arc<Self> {
+    pub(crate) fn new(client: UpstreamClient, cfg: PoolConfig) -> Arc<Self> {
         let permits = Arc::new(Semaphore::new(cfg.max_sessions));
         Arc::new(Self {
             client,
@@ -111,30 +110,30 @@ impl SessionPool {
 
     /// Change notifications (list-changed, resource-updated) from every upstream session, each
     /// with its session's principal digest.
-    pub fn subscribe_changes(&self) -> broadcast::Receiver<Change> {
+    pub(crate) fn subscribe_changes(&self) -> broadcast::Receiver<Change> {
         self.changes.subscribe()
     }
 
     /// True once any `initialize` succeeded.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
 
     /// The upstream client.
-    pub fn client(&self) -> &UpstreamClient {
+    pub(crate) fn client(&self) -> &UpstreamClient {
         &self.client
     }
 
     /// Leases a session for `principal` with `capabilities` (modern shape), creating one if needed.
     ///
     /// # Errors
-    /// [`ProxyError::Overloaded`] when the pool stays full; upstream errors of the handshake.
-    pub async fn lease(
+    /// [`UpstreamError::Busy`] when the pool stays full; the errors of the handshake.
+    pub(crate) async fn lease(
         self: &Arc<Self>,
         principal: &str,
         capabilities: &Value,
         auth: Option<(http::HeaderName, HeaderValue)>,
-    ) -> Result<Lease, ProxyError> {
+    ) -> Result<Lease, UpstreamError> {
         let legacy = legacy_capabilities(capabilities);
         let key = PoolKey {
             principal: principal.to_owned(),
@@ -166,9 +165,9 @@ impl SessionPool {
             // Refusing these credentials is an answer too: the upstream is up.
             Err(e @ UpstreamError::Unauthorized { .. }) => {
                 self.ready.store(true, Ordering::Relaxed);
-                return Err(e.into());
+                return Err(e);
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(e),
         };
         self.ready.store(true, Ordering::Relaxed);
         Ok(Lease {
@@ -183,7 +182,7 @@ impl SessionPool {
     // the acquire timeout) for whichever comes first: a permit, or a session coming back idle, in
     // which case it takes it (same key) or evicts the least recently used idle session (any key,
     // never one a listen stream relies on) so that its permit comes free.
-    async fn acquire(&self, key: &PoolKey) -> Result<Acquired, ProxyError> {
+    async fn acquire(&self, key: &PoolKey) -> Result<Acquired, UpstreamError> {
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         let mut waiting = None;
         loop {
@@ -200,25 +199,25 @@ impl SessionPool {
             waiting.get_or_insert_with(|| Waiting::count(&self.waiters));
             tokio::select! {
                 p = Arc::clone(&self.permits).acquire_owned() => {
-                    return p.map(Acquired::Permit).map_err(|_| {
-                        ProxyError::Overloaded("the session pool is closed".into())
-                    });
+                    return p
+                        .map(Acquired::Permit)
+                        .map_err(|_| UpstreamError::Busy("the session pool is closed"));
                 }
                 () = &mut returned => {}
                 () = tokio::time::sleep_until(deadline) => {
-                    return Err(ProxyError::Overloaded("all upstream sessions are busy".into()));
+                    return Err(UpstreamError::Busy("all upstream sessions are busy"));
                 }
             }
         }
     }
 
     /// Requests waiting for an upstream session (the pool is full and nothing idle fits).
-    pub fn waiters(&self) -> usize {
+    pub(crate) fn waiters(&self) -> usize {
         self.waiters.load(Ordering::Relaxed)
     }
 
     /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
-    pub async fn probe(self: &Arc<Self>) -> bool {
+    pub(crate) async fn probe(self: &Arc<Self>) -> bool {
         match self
             .lease("", &Value::Object(Default::default()), None)
             .await
@@ -229,13 +228,13 @@ impl SessionPool {
                 true
             }
             // The probe has no credentials: an upstream that asks for them is up.
-            Err(ProxyError::Upstream(UpstreamError::Unauthorized { .. })) => true,
+            Err(UpstreamError::Unauthorized { .. }) => true,
             Err(_) => false,
         }
     }
 
     /// Closes idle sessions older than the idle timeout. Returns how many were closed.
-    pub async fn reap_idle(&self) -> usize {
+    pub(crate) async fn reap_idle(&self) -> usize {
         let cutoff = Instant::now().checked_sub(self.cfg.idle_timeout);
         let mut stale = Vec::new();
         if let Ok(mut idle) = self.idle.lock() {
@@ -264,7 +263,7 @@ impl SessionPool {
     }
 
     /// Closes every idle session (shutdown).
-    pub async fn close_all(&self) {
+    pub(crate) async fn close_all(&self) {
         let all: Vec<Arc<Session>> = match self.idle.lock() {
             Ok(mut idle) => idle.drain().flat_map(|(_, v)| v).collect(),
             Err(_) => Vec::new(),
@@ -275,7 +274,7 @@ impl SessionPool {
     }
 
     /// Number of idle sessions (for tests and metrics).
-    pub fn idle_count(&self) -> usize {
+    pub(crate) fn idle_count(&self) -> usize {
         self.idle
             .lock()
             .map(|m| m.values().map(Vec::len).sum())
@@ -338,18 +337,13 @@ impl SessionPool {
 
 impl Lease {
     /// The leased session.
-    pub fn session(&self) -> &Arc<Session> {
+    pub(crate) fn session(&self) -> &Arc<Session> {
         &self.session
     }
 
     /// Do not reuse this session (e.g. a cancelled call may still talk on it); it is closed on drop.
-    pub fn poison(&mut self) {
+    pub(crate) fn poison(&mut self) {
         self.reusable = false;
-    }
-
-    /// The key this lease was made for.
-    pub fn key(&self) -> &PoolKey {
-        &self.key
     }
 }
 
@@ -366,9 +360,4 @@ impl Drop for Lease {
             rt.spawn(async move { session.close().await });
         }
     }
-}
-
-/// Errors of a lease that mean "try once more on a fresh session".
-pub fn is_session_gone(e: &UpstreamError) -> bool {
-    matches!(e, UpstreamError::SessionGone)
 }

@@ -15,22 +15,17 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::changes::{is_change, Change, ChangeFeed};
-use super::{MessageStream, UpstreamClient, UpstreamError};
+use super::client::{UpstreamClient, UpstreamError};
+use super::stream::MessageStream;
 use crate::body;
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
+use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 
 mod get_stream;
 
-pub use get_stream::default_answer;
-
-/// Header carrying the legacy session id.
-pub const SESSION_HEADER: &str = "mcp-session-id";
-/// Header carrying the legacy protocol version.
-pub const VERSION_HEADER: &str = "mcp-protocol-version";
-
 /// A live legacy session.
 #[derive(Debug)]
-pub struct Session {
+pub(crate) struct Session {
     client: UpstreamClient,
     id: Option<HeaderValue>,
     version: String,
@@ -52,7 +47,7 @@ pub struct Session {
 
 /// Keeps a session's listen-stream count up while held (see [`Session::pin_listener`]).
 #[derive(Debug)]
-pub struct ListenerPin(Arc<Session>);
+pub(crate) struct ListenerPin(Arc<Session>);
 
 impl Drop for ListenerPin {
     fn drop(&mut self) {
@@ -62,17 +57,17 @@ impl Drop for ListenerPin {
 
 /// What `initialize` needs to know.
 #[derive(Debug, Clone)]
-pub struct SessionParams {
+pub(crate) struct SessionParams {
     /// Capabilities declared upstream (legacy shape).
-    pub capabilities: Value,
+    pub(crate) capabilities: Value,
     /// Principal header forwarded unchanged.
-    pub auth: Option<(http::HeaderName, HeaderValue)>,
+    pub(crate) auth: Option<(http::HeaderName, HeaderValue)>,
     /// Protocol version to ask for.
-    pub protocol_version: String,
+    pub(crate) protocol_version: String,
     /// Answer to unattributed `roots/list`.
-    pub default_roots: Arc<Vec<Value>>,
+    pub(crate) default_roots: Arc<Vec<Value>>,
     /// Where this session's change notifications go.
-    pub changes: ChangeFeed,
+    pub(crate) changes: ChangeFeed,
 }
 
 impl Session {
@@ -80,53 +75,22 @@ impl Session {
     ///
     /// # Errors
     /// Any [`UpstreamError`] of the handshake.
-    pub async fn initialize(
+    pub(crate) async fn initialize(
         client: UpstreamClient,
         params: SessionParams,
         permit: OwnedSemaphorePermit,
     ) -> Result<Arc<Self>, UpstreamError> {
-        let init = json!({
-            "protocolVersion": params.protocol_version,
-            "capabilities": params.capabilities,
-            "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
-        });
-        let body = jsonrpc::request_bytes(0, "initialize", &init);
-        let req = base_request(&client, Method::POST, None, None, params.auth.as_ref())
-            .body(body::full(body));
-        let req = req.map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-        let resp = client.send(req).await?;
-        if !resp.status().is_success() {
-            return Err(UpstreamError::from_status(&resp));
-        }
-        let id = resp.headers().get(SESSION_HEADER).cloned();
-        let mut stream = MessageStream::new(resp, client.max_event_bytes());
-        let result = loop {
-            let Some(msg) = stream.next().await else {
-                return Err(UpstreamError::Closed);
-            };
-            let msg = Message::parse(&msg?).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-            if msg.kind().ok() != Some(Kind::Response) {
-                continue;
-            }
-            if let Some(err) = msg.error {
-                return Err(UpstreamError::Protocol(format!(
-                    "initialize failed: {}",
-                    err.message
-                )));
-            }
-            let raw = msg.result.map(|r| r.get().to_owned()).unwrap_or_default();
-            break serde_json::from_str::<Value>(&raw)
-                .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-        };
+        let (id, result) = handshake(&client, &params).await?;
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
-            .unwrap_or(&params.protocol_version);
+            .unwrap_or(&params.protocol_version)
+            .to_owned();
         let session = Arc::new(Self {
             client,
             id,
-            version: version.to_owned(),
-            init_result: result.clone(),
+            version,
+            init_result: result,
             auth: params.auth,
             next_id: AtomicI64::new(1),
             inbox: Mutex::new(None),
@@ -158,29 +122,29 @@ impl Session {
     }
 
     /// The upstream's `InitializeResult`.
-    pub fn init_result(&self) -> &Value {
+    pub(crate) fn init_result(&self) -> &Value {
         &self.init_result
     }
 
     /// The negotiated legacy protocol version.
-    pub fn version(&self) -> &str {
+    pub(crate) fn version(&self) -> &str {
         &self.version
     }
 
     /// True once the upstream forgot the session or it was closed.
-    pub fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed)
     }
 
     /// Marks the session unusable (it will be closed when its lease ends).
-    pub fn mark_dead(&self) {
+    pub(crate) fn mark_dead(&self) {
         self.dead.store(true, Ordering::Relaxed);
         self.died.notify_waiters();
     }
 
     /// Resolves once the session is dead (closed, forgotten by the upstream, or its lease
     /// poisoned and dropped).
-    pub async fn wait_dead(&self) {
+    pub(crate) async fn wait_dead(&self) {
         loop {
             let died = self.died.notified();
             if self.is_dead() {
@@ -192,23 +156,23 @@ impl Session {
 
     /// Counts a listen stream that relies on this session's upstream subscriptions: while any
     /// is open, the pool neither reaps nor evicts the session, and lends it first.
-    pub fn pin_listener(self: &Arc<Self>) -> ListenerPin {
+    pub(crate) fn pin_listener(self: &Arc<Self>) -> ListenerPin {
         self.listeners.fetch_add(1, Ordering::AcqRel);
         ListenerPin(Arc::clone(self))
     }
 
     /// Whether a listen stream relies on this session.
-    pub fn has_listeners(&self) -> bool {
+    pub(crate) fn has_listeners(&self) -> bool {
         self.listeners.load(Ordering::Acquire) > 0
     }
 
     /// A fresh upstream request id.
-    pub fn next_id(&self) -> i64 {
+    pub(crate) fn next_id(&self) -> i64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Routes server requests from the GET stream to `inbox` (or, with `None`, back to defaults).
-    pub fn set_inbox(&self, inbox: Option<mpsc::UnboundedSender<Bytes>>) {
+    pub(crate) fn set_inbox(&self, inbox: Option<mpsc::UnboundedSender<Bytes>>) {
         if let Ok(mut slot) = self.inbox.lock() {
             *slot = inbox;
         }
@@ -216,7 +180,7 @@ impl Session {
 
     /// Publishes a change notification (whichever stream of this session it came on) to every
     /// listen stream of this session's principal. Other notifications are ignored.
-    pub fn publish_change(&self, method: &str, message: &Bytes) {
+    pub(crate) fn publish_change(&self, method: &str, message: &Bytes) {
         if is_change(method) {
             // No receiver (nobody listening) is not an error.
             let _ = self.changes.tx.send(Change {
@@ -230,7 +194,7 @@ impl Session {
     ///
     /// # Errors
     /// Transport errors; [`UpstreamError::SessionGone`] on 404.
-    pub async fn post(
+    pub(crate) async fn post(
         &self,
         body: Vec<u8>,
     ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
@@ -263,7 +227,7 @@ impl Session {
     /// # Errors
     /// As [`Session::post`]; other non-2xx statuses whose body is not JSON-RPC give
     /// [`UpstreamError::Status`].
-    pub async fn request(
+    pub(crate) async fn request(
         self: &Arc<Self>,
         method: &str,
         params: &Value,
@@ -278,7 +242,7 @@ impl Session {
     /// Starts a request: its id now, and a future of its response's message stream that
     /// resolves once the upstream sends headers (the errors of [`Session::request`]). The wait
     /// for headers is not bounded here: the caller decides (see `call`).
-    pub fn start_request(
+    pub(crate) fn start_request(
         self: &Arc<Self>,
         method: &str,
         params: &Value,
@@ -314,7 +278,7 @@ impl Session {
     ///
     /// # Errors
     /// As [`Session::post`].
-    pub async fn notify(&self, method: &str, params: &Value) -> Result<(), UpstreamError> {
+    pub(crate) async fn notify(&self, method: &str, params: &Value) -> Result<(), UpstreamError> {
         let body = if params.is_null() {
             serde_json::to_vec(&json!({"jsonrpc":"2.0","method":method})).unwrap_or_default()
         } else {
@@ -328,7 +292,7 @@ impl Session {
     ///
     /// # Errors
     /// As [`Session::post`].
-    pub async fn answer(
+    pub(crate) async fn answer(
         &self,
         id: &str,
         answer: Result<&str, &ErrorObject>,
@@ -348,7 +312,7 @@ impl Session {
     }
 
     /// Cancels upstream request `id` (`notifications/cancelled`).
-    pub async fn cancel(&self, id: i64, reason: &str) {
+    pub(crate) async fn cancel(&self, id: i64, reason: &str) {
         let params = json!({"requestId": id, "reason": reason});
         if let Err(e) = self.notify("notifications/cancelled", &params).await {
             tracing::debug!(error = %e, "cancel notification failed");
@@ -356,7 +320,7 @@ impl Session {
     }
 
     /// Ends the session: stops the GET stream and DELETEs it upstream.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.mark_dead();
         if let Some(task) = self.get_task.lock().ok().and_then(|mut t| t.take()) {
             task.abort();
@@ -378,6 +342,47 @@ impl Drop for Session {
         if let Some(task) = self.get_task.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
+    }
+}
+
+// POSTs `initialize` declaring the capabilities; returns the session id and the InitializeResult.
+async fn handshake(
+    client: &UpstreamClient,
+    params: &SessionParams,
+) -> Result<(Option<HeaderValue>, Value), UpstreamError> {
+    let init = json!({
+        "protocolVersion": params.protocol_version,
+        "capabilities": params.capabilities,
+        "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let body = jsonrpc::request_bytes(0, "initialize", &init);
+    let req = base_request(client, Method::POST, None, None, params.auth.as_ref())
+        .body(body::full(body))
+        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+    let resp = client.send(req).await?;
+    if !resp.status().is_success() {
+        return Err(UpstreamError::from_status(&resp));
+    }
+    let id = resp.headers().get(SESSION_HEADER).cloned();
+    let mut stream = MessageStream::new(resp, client.max_event_bytes());
+    loop {
+        let Some(msg) = stream.next().await else {
+            return Err(UpstreamError::Closed);
+        };
+        let msg = Message::parse(&msg?).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        if msg.kind().ok() != Some(Kind::Response) {
+            continue;
+        }
+        if let Some(err) = msg.error {
+            return Err(UpstreamError::Protocol(format!(
+                "initialize failed: {}",
+                err.message
+            )));
+        }
+        let raw = msg.result.as_ref().map_or("null", |r| r.get());
+        let result = serde_json::from_str::<Value>(raw)
+            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+        return Ok((id, result));
     }
 }
 
@@ -422,7 +427,7 @@ async fn drain(resp: http::Response<hyper::body::Incoming>) -> Result<(), Upstre
 }
 
 /// Maps the capabilities a modern request declared to what `initialize` declares upstream.
-pub fn legacy_capabilities(modern: &Value) -> Value {
+pub(crate) fn legacy_capabilities(modern: &Value) -> Value {
     let mut caps = serde_json::Map::new();
     if let Some(obj) = modern.as_object() {
         for key in ["experimental", "sampling", "elicitation", "roots"] {
@@ -437,24 +442,6 @@ pub fn legacy_capabilities(modern: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn default_answers() {
-        assert_eq!(
-            default_answer("roots/list", &[]).unwrap(),
-            json!({"roots": []})
-        );
-        assert_eq!(
-            default_answer("elicitation/create", &[]).unwrap()["action"],
-            "decline"
-        );
-        assert_eq!(
-            default_answer("sampling/createMessage", &[])
-                .unwrap_err()
-                .code,
-            -32602
-        );
-    }
 
     #[test]
     fn capability_mapping_drops_modern_only_keys() {

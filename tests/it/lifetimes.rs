@@ -53,11 +53,11 @@ async fn ttl_expiry_cancels_pending_requests_and_the_call_upstream() {
     let proxy = TestProxy::start(&mock.url(), "[state]\nttl = \"30s\"\n").await;
     let c = proxy.client(all_caps());
     let _ = first_round(&c, "ask", json!({})).await;
-    assert_eq!(proxy.app.parked.len(), 1);
+    assert_eq!(proxy.app.parked_calls(), 1);
     tokio::time::pause();
     tokio::time::advance(Duration::from_secs(29)).await;
     assert_eq!(
-        proxy.app.parked.len(),
+        proxy.app.parked_calls(),
         1,
         "still parked just before the TTL"
     );
@@ -78,7 +78,7 @@ async fn ttl_expiry_cancels_pending_requests_and_the_call_upstream() {
     })
     .await;
     mock.wait_deleted(2).await; // the readiness probe's session and the call's
-    assert_eq!(proxy.app.parked.len(), 0, "registry entry removed");
+    assert_eq!(proxy.app.parked_calls(), 0, "registry entry removed");
 }
 
 #[tokio::test]
@@ -127,7 +127,7 @@ async fn upstream_death_while_parked_is_a_clear_error_on_retry() {
     let (_, state) = first_round(&c, "fragile", json!({})).await;
     // The stream ended; the actor notices without client traffic and closes the session.
     mock.wait_deleted(2).await;
-    assert!(proxy.app.parked.is_empty());
+    assert_eq!(proxy.app.parked_calls(), 0);
     let ex = answer_first(&c, "fragile", &state).await;
     let e = error_of(&ex);
     assert_eq!(e["code"], -32602);
@@ -144,7 +144,7 @@ async fn upstream_death_while_resuming_is_a_502_error() {
     let ex = answer_first(&c, "fragile", &state).await;
     assert_eq!(ex.status, http::StatusCode::BAD_GATEWAY);
     assert_eq!(error_of(&ex)["code"], -32603);
-    assert!(proxy.app.parked.is_empty());
+    assert_eq!(proxy.app.parked_calls(), 0);
 }
 
 #[tokio::test]
@@ -231,7 +231,7 @@ async fn idle_sessions_are_closed_with_delete() {
         .await
         .unwrap();
     mock.wait_deleted(2).await; // the probe's session at once, the pooled one once idle
-    assert_eq!(proxy.app.pool.idle_count(), 0);
+    assert_eq!(proxy.app.idle_sessions(), 0);
 }
 
 #[tokio::test]
@@ -358,8 +358,8 @@ async fn a_listen_session_is_lent_to_calls_kept_while_open_and_its_death_ends_th
     tokio::time::pause();
     tokio::time::advance(Duration::from_secs(6 * 60)).await;
     tokio::time::resume();
-    proxy.app.pool.reap_idle().await;
-    assert_eq!(proxy.app.pool.idle_count(), 1);
+    proxy.app.reap_idle_sessions().await;
+    assert_eq!(proxy.app.idle_sessions(), 1);
     mock.broadcast_on_get(
         json!({"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///x"}}),
     )
@@ -395,7 +395,7 @@ async fn a_request_waiting_for_a_full_pool_evicts_a_session_that_goes_idle() {
             .unwrap()
     });
     tokio::time::timeout(Duration::from_secs(10), async {
-        while proxy.app.pool.waiters() == 0 {
+        while proxy.app.session_waiters() == 0 {
             tokio::task::yield_now().await;
         }
     })
@@ -406,7 +406,7 @@ async fn a_request_waiting_for_a_full_pool_evicts_a_session_that_goes_idle() {
     let ex = waiting.await.unwrap();
     assert_eq!(ex.status, http::StatusCode::OK, "{:?}", ex.last);
     assert_eq!(ex.result()["content"][0]["text"], "ran plain");
-    assert_eq!(proxy.app.pool.waiters(), 0);
+    assert_eq!(proxy.app.session_waiters(), 0);
 }
 
 #[tokio::test]

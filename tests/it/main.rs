@@ -10,6 +10,7 @@
 //! In-process integration tests: the proxy on port 0 in front of a scripted legacy upstream
 //! (`support::mock`) or the built-in demo upstream.
 
+mod architecture;
 mod front;
 mod lifetimes;
 mod park;

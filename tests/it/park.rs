@@ -91,7 +91,7 @@ async fn one_round_embeds_the_modern_shape_and_resumes() {
         accept("Ada"),
         "delivered as the JSON-RPC response to the original id"
     );
-    assert!(proxy.app.parked.is_empty());
+    assert_eq!(proxy.app.parked_calls(), 0);
 }
 
 #[tokio::test]
@@ -415,7 +415,7 @@ async fn legacy_url_elicitation_required_without_elicitation_url_is_32021() {
         .await
         .unwrap();
     assert_missing_capability(&ex, json!({"elicitation": {"url": {}}}));
-    assert!(proxy.app.parked.is_empty());
+    assert_eq!(proxy.app.parked_calls(), 0);
 }
 
 #[tokio::test]

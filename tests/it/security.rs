@@ -253,7 +253,7 @@ async fn an_upstream_auth_challenge_reaches_the_client_and_metadata_is_relayed()
     assert_eq!(ex.status, http::StatusCode::OK);
     assert_eq!(ex.result()["tools"][0]["name"], "t");
     assert!(
-        proxy.app.pool.probe().await,
+        proxy.app.probe_upstream().await,
         "an upstream asking for credentials is up"
     );
 }

@@ -13,8 +13,9 @@ use tokio::sync::oneshot;
 
 use super::Session;
 use crate::body;
-use crate::jsonrpc::{self, ErrorObject, Kind, Message};
-use crate::upstream::MessageStream;
+use crate::jsonrpc::{ErrorObject, Kind, Message};
+use crate::protocol::INVALID_PARAMS;
+use crate::upstream::stream::MessageStream;
 
 impl Session {
     // Opens the standalone GET stream and waits until the upstream accepted (or refused) it, so that
@@ -53,7 +54,7 @@ impl Session {
     }
 
     /// Answers a server request that no client call can take.
-    pub async fn answer_default(&self, msg: &Message) {
+    pub(crate) async fn answer_default(&self, msg: &Message) {
         let Some(id) = msg.id.as_ref() else { return };
         let answer = default_answer(msg.method(), &self.default_roots);
         let text = answer.as_ref().map(|v| v.to_string());
@@ -70,13 +71,13 @@ impl Session {
 /// What the proxy answers a server request that belongs to no client call (or to a method that
 /// may not ask for input): `ping` → `{}`, `roots/list` → the configured roots, elicitation →
 /// `decline`, anything else → a JSON-RPC error.
-pub fn default_answer(method: &str, roots: &[Value]) -> Result<Value, ErrorObject> {
+pub(crate) fn default_answer(method: &str, roots: &[Value]) -> Result<Value, ErrorObject> {
     match method {
         "ping" => Ok(json!({})),
         "roots/list" => Ok(json!({"roots": roots})),
         "elicitation/create" => Ok(json!({"action": "decline"})),
         _ => Err(ErrorObject {
-            code: jsonrpc::INVALID_PARAMS,
+            code: INVALID_PARAMS,
             message: format!(
                 "{method} is not associated with a client request that can provide input"
             ),
@@ -130,5 +131,28 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.max(1)))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_answers() {
+        assert_eq!(
+            default_answer("roots/list", &[]).unwrap(),
+            json!({"roots": []})
+        );
+        assert_eq!(
+            default_answer("elicitation/create", &[]).unwrap()["action"],
+            "decline"
+        );
+        assert_eq!(
+            default_answer("sampling/createMessage", &[])
+                .unwrap_err()
+                .code,
+            -32602
+        );
     }
 }

@@ -4,9 +4,10 @@ pub mod mock;
 
 use std::sync::Arc;
 
+use mrtr_proxy::app::App;
 use mrtr_proxy::config::Config;
 use mrtr_proxy::demo::client::ModernClient;
-use mrtr_proxy::server::{self, App};
+use mrtr_proxy::server;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;

@@ -1,4 +1,4 @@
-//! The registry of parked calls: unguessable handle → the call actor's command channel, plus what
+//! The registry of parked calls: unguessable handle → the call actor's retry channel, plus what
 //! a retry must match (principal, request digest, the current round's single-use `jti`).
 //!
 //! Entries are removed by an RAII guard held by the actor; a removed handle leaves a tombstone for
@@ -13,23 +13,23 @@ use dashmap::DashMap;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
-use crate::call::Leg;
+use super::leg::Leg;
 use crate::error::ProxyError;
 use crate::input::{validate_answer, InputKind};
 use crate::state_token::{Claims, TokenError};
 
 /// A retry delivered to a parked call.
 #[derive(Debug)]
-pub struct Resume {
+pub(crate) struct Retry {
     /// The retry's `inputResponses` (only keys the call asked for were validated).
-    pub answers: Map<String, Value>,
+    pub(crate) answers: Map<String, Value>,
     /// Where to send what comes next.
-    pub leg: Leg,
+    pub(crate) leg: Leg,
 }
 
 /// The registry.
 #[derive(Debug)]
-pub struct ParkedCalls {
+pub(crate) struct ParkedCalls {
     map: DashMap<String, Slot>,
     per_principal: DashMap<String, usize>,
     total: AtomicUsize,
@@ -47,10 +47,10 @@ enum Slot {
 
 /// One parked call as the front sees it.
 #[derive(Debug)]
-pub struct Parked {
+pub(crate) struct Parked {
     principal: String,
     request: String,
-    tx: mpsc::Sender<Resume>,
+    tx: mpsc::Sender<Retry>,
     round: Mutex<Round>,
 }
 
@@ -62,7 +62,7 @@ struct Round {
 
 /// Held by the call actor; retiring the entry when dropped, if the actor did not first.
 #[derive(Debug)]
-pub struct ParkGuard {
+pub(crate) struct ParkGuard {
     calls: Arc<ParkedCalls>,
     handle: String,
     entry: Arc<Parked>,
@@ -72,7 +72,11 @@ pub struct ParkGuard {
 
 impl ParkedCalls {
     /// An empty registry with the given bounds.
-    pub fn new(max_total: usize, max_per_principal: usize, tombstone_ttl: Duration) -> Arc<Self> {
+    pub(crate) fn new(
+        max_total: usize,
+        max_per_principal: usize,
+        tombstone_ttl: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
             per_principal: DashMap::new(),
@@ -85,12 +89,12 @@ impl ParkedCalls {
     }
 
     /// Parked calls right now.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.total.load(Ordering::Relaxed)
     }
 
     /// True when nothing is parked.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
@@ -98,12 +102,12 @@ impl ParkedCalls {
     ///
     /// # Errors
     /// [`ProxyError::Overloaded`] past the total or per-principal bound.
-    pub fn register(
+    pub(crate) fn register(
         self: &Arc<Self>,
         handle: String,
         principal: &str,
         request: &str,
-        tx: mpsc::Sender<Resume>,
+        tx: mpsc::Sender<Retry>,
     ) -> Result<ParkGuard, ProxyError> {
         if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
             self.total.fetch_sub(1, Ordering::AcqRel);
@@ -145,24 +149,24 @@ impl ParkedCalls {
     /// # Errors
     /// [`TokenError`]s for gone or used state; [`ProxyError::InvalidParams`] for bad answers (the
     /// token is then *not* consumed and the call stays parked).
-    pub fn claim(
+    pub(crate) fn claim(
         &self,
         claims: &Claims,
         answers: &Map<String, Value>,
-    ) -> Result<mpsc::Sender<Resume>, ProxyError> {
-        let entry = match self.map.get(&claims.h).as_deref() {
+    ) -> Result<mpsc::Sender<Retry>, ProxyError> {
+        let entry = match self.map.get(&claims.handle).as_deref() {
             Some(Slot::Live(e)) => Arc::clone(e),
             Some(Slot::Gone { reason, .. }) => return Err(TokenError::Gone(reason.clone()).into()),
             None => return Err(TokenError::Gone("unknown or expired call".into()).into()),
         };
-        if entry.principal != claims.sub || entry.request != claims.req {
+        if entry.principal != claims.principal || entry.request != claims.request {
             return Err(TokenError::Invalid.into());
         }
         let mut round = entry
             .round
             .lock()
             .map_err(|_| ProxyError::Internal("poisoned round lock".into()))?;
-        if round.jti.as_deref() != Some(claims.jti.as_str()) {
+        if round.jti.as_deref() != Some(claims.token_id.as_str()) {
             return Err(TokenError::AlreadyUsed.into());
         }
         for (key, kind) in &round.pending {
@@ -177,7 +181,7 @@ impl ParkedCalls {
     }
 
     /// Resolves once nothing is parked.
-    pub async fn wait_empty(&self) {
+    pub(crate) async fn wait_empty(&self) {
         loop {
             let emptied = self.emptied.notified();
             if self.is_empty() {
@@ -188,7 +192,7 @@ impl ParkedCalls {
     }
 
     /// Drops tombstones older than their TTL.
-    pub fn sweep(&self) {
+    pub(crate) fn sweep(&self) {
         let now = Instant::now();
         self.map.retain(|_, slot| match slot {
             Slot::Live(_) => true,
@@ -199,7 +203,7 @@ impl ParkedCalls {
 
 impl ParkGuard {
     /// Publishes a new round: its single-use `jti` and the keys (with kinds) it asks for.
-    pub fn open_round(&self, jti: &str, pending: Vec<(String, InputKind)>) {
+    pub(crate) fn open_round(&self, jti: &str, pending: Vec<(String, InputKind)>) {
         if let Ok(mut r) = self.entry.round.lock() {
             r.jti = Some(jti.to_owned());
             r.pending = pending;
@@ -207,20 +211,20 @@ impl ParkGuard {
     }
 
     /// Invalidates the current round's token (the call is running again or ending).
-    pub fn close_round(&self) {
+    pub(crate) fn close_round(&self) {
         if let Ok(mut r) = self.entry.round.lock() {
             r.jti = None;
         }
     }
 
     /// The handle.
-    pub fn handle(&self) -> &str {
+    pub(crate) fn handle(&self) -> &str {
         &self.handle
     }
 
     /// Removes the entry now, leaving a tombstone that tells a late retry `reason`; from here on
     /// no retry can claim the call. Only the first call counts.
-    pub fn retire(&mut self, reason: impl Into<String>) {
+    pub(crate) fn retire(&mut self, reason: impl Into<String>) {
         if self.retired.is_some() {
             return;
         }
@@ -253,7 +257,7 @@ impl ParkGuard {
     }
 
     /// Why the entry was retired, once it was.
-    pub fn retired_because(&self) -> Option<&str> {
+    pub(crate) fn retired_because(&self) -> Option<&str> {
         self.retired.as_deref()
     }
 }
@@ -270,14 +274,14 @@ mod tests {
 
     fn claims(h: &str, jti: &str) -> Claims {
         Claims {
-            h: h.into(),
-            iss: "i".into(),
-            sub: "p".into(),
-            req: "r".into(),
-            rnd: 1,
-            iat: 0,
-            exp: u64::MAX,
-            jti: jti.into(),
+            handle: h.into(),
+            issuer: "i".into(),
+            principal: "p".into(),
+            request: "r".into(),
+            round: 1,
+            issued_at: 0,
+            expires_at: u64::MAX,
+            token_id: jti.into(),
         }
     }
 
@@ -289,7 +293,7 @@ mod tests {
         guard.open_round("j1", vec![("elicitation-1".into(), InputKind::Elicitation)]);
         let none = Map::new();
         let mut other = claims("h", "j1");
-        other.sub = "q".into();
+        other.principal = "q".into();
         assert!(calls.claim(&other, &none).is_err());
         assert!(calls.claim(&claims("h", "j0"), &none).is_err(), "stale jti");
         assert!(calls.claim(&claims("h", "j1"), &none).is_ok());

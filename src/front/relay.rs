@@ -4,9 +4,10 @@
 use http::{header, HeaderName, Request, Response, Uri};
 use http_body_util::BodyExt;
 
+use crate::app::App;
 use crate::body::Body;
+use crate::edge;
 use crate::error::ProxyError;
-use crate::server::App;
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded.
 const HOP_BY_HOP: [HeaderName; 6] = [
@@ -19,7 +20,7 @@ const HOP_BY_HOP: [HeaderName; 6] = [
 ];
 
 /// Relays `req` to the upstream's MCP endpoint and streams the response back.
-pub async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
+pub(super) async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
     let path = app.pool.client().uri().path().to_owned();
     forward(app, req, &path).await
 }
@@ -27,7 +28,7 @@ pub async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
 /// Relays `req` to the same path on the upstream's origin: OAuth metadata under `/.well-known/`
 /// (RFC 9728 protected-resource metadata, authorization-server metadata), so that a client the
 /// upstream challenges (401 + `WWW-Authenticate`) through the proxy can discover how to log in.
-pub async fn relay_same_path(app: &App, req: Request<Body>) -> Response<Body> {
+pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     forward(app, req, &path).await
 }
@@ -45,7 +46,7 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Response<Body> {
     }
     parts.uri = match builder.build() {
         Ok(u) => u,
-        Err(e) => return ProxyError::Internal(e.to_string()).into_response(None),
+        Err(e) => return edge::error(&ProxyError::Internal(e.to_string()), None),
     };
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
@@ -61,7 +62,7 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Response<Body> {
             strip_hop_by_hop(&mut parts.headers);
             Response::from_parts(parts, body.map_err(Into::into).boxed())
         }
-        Err(e) => ProxyError::Upstream(e).into_response(None),
+        Err(e) => edge::error(&ProxyError::Upstream(e), None),
     }
 }
 

@@ -1,0 +1,112 @@
+//! The one shared state, built from a validated config: the session pool, what every call actor
+//! shares (registry, token codec), metrics and the shutdown flag. Everything the request path
+//! needs hangs off one `Arc<App>`; `server` serves it, `front` reads it.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::call::{CallContext, ParkedCalls};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::state_token::{random_id, random_secret, TokenCodec};
+use crate::upstream::{PoolConfig, SessionPool, UpstreamClient};
+
+/// Bytes of randomness in a generated instance id.
+const INSTANCE_ID_BYTES: usize = 9;
+
+/// Everything a request needs, shared behind one `Arc`.
+#[derive(Debug)]
+pub struct App {
+    /// Validated configuration.
+    pub(crate) config: Config,
+    /// Legacy session pool (and the upstream client inside it).
+    pub(crate) pool: Arc<SessionPool>,
+    /// What every call actor shares: the registry of parked calls, the token codec, settings.
+    pub(crate) calls: Arc<CallContext>,
+    /// Counters for `/metrics`.
+    pub(crate) metrics: Arc<Metrics>,
+    /// Flips to `true` when the proxy shuts down; call actors then cancel their upstream calls.
+    pub(crate) shutdown: watch::Sender<bool>,
+}
+
+impl App {
+    /// Builds the state from a config. Generates a signing key when none is configured.
+    pub fn new(config: Config) -> Arc<Self> {
+        let client = UpstreamClient::new(
+            config.upstream.clone(),
+            config.upstream_timeout,
+            config.max_sse_event_bytes,
+        );
+        let pool = SessionPool::new(
+            client,
+            PoolConfig {
+                max_sessions: config.max_sessions,
+                idle_timeout: config.session_idle,
+                acquire_timeout: config.session_acquire_timeout,
+                protocol_version: config.upstream_protocol_version.clone(),
+                default_roots: Arc::new(config.default_roots.clone()),
+            },
+        );
+        let secret = match &config.state_secret {
+            Some(s) => s.clone(),
+            None => {
+                tracing::info!("no state.secret configured: generated a random signing key (single instance only; tokens die with the process)");
+                random_secret()
+            }
+        };
+        let issuer = config
+            .instance_id
+            .clone()
+            .unwrap_or_else(|| random_id(INSTANCE_ID_BYTES));
+        let metrics = Arc::new(Metrics::default());
+        let shutdown = watch::channel(false).0;
+        let calls = Arc::new(CallContext {
+            pool: Arc::clone(&pool),
+            parked: ParkedCalls::new(
+                config.max_parked,
+                config.max_parked_per_principal,
+                config.state_ttl,
+            ),
+            tokens: TokenCodec::new(&secret, issuer, config.state_ttl),
+            metrics: Arc::clone(&metrics),
+            shutdown: shutdown.subscribe(),
+            gather_window: config.gather_window,
+            cache_ttl_ms: config.cache_ttl_ms,
+            cache_scope: config.cache_scope,
+        });
+        Arc::new(Self {
+            config,
+            pool,
+            calls,
+            metrics,
+            shutdown,
+        })
+    }
+
+    /// Calls parked right now.
+    pub fn parked_calls(&self) -> usize {
+        self.calls.parked.len()
+    }
+
+    /// Idle upstream sessions right now.
+    pub fn idle_sessions(&self) -> usize {
+        self.pool.idle_count()
+    }
+
+    /// Requests waiting for an upstream session (the pool is full).
+    pub fn session_waiters(&self) -> usize {
+        self.pool.waiters()
+    }
+
+    /// Closes idle sessions past `pool.idle_timeout` now (the background task does it
+    /// periodically); returns how many.
+    pub async fn reap_idle_sessions(&self) -> usize {
+        self.pool.reap_idle().await
+    }
+
+    /// Runs one upstream handshake to learn whether the upstream is up (and sets readiness).
+    pub async fn probe_upstream(&self) -> bool {
+        self.pool.probe().await
+    }
+}

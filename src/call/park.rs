@@ -1,0 +1,178 @@
+//! The MRTR transitions of the actor: a server request joins the round (or is refused for a
+//! capability the request did not declare, or answered by default), the gathered round is parked
+//! behind a fresh requestState, and a claimed retry delivers its answers upstream.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::leg::{Leg, Outcome};
+use super::registry::Retry;
+use super::rounds::{self, Answered};
+use super::{Call, Parking, Phase};
+use crate::error::ProxyError;
+use crate::input::{self, InputKind};
+use crate::jsonrpc::{self, ErrorObject, Message};
+use crate::protocol::INVALID_PARAMS;
+use crate::state_token::random_id;
+use crate::upstream::{Session, UpstreamError};
+
+/// Bytes of randomness in a parked call's handle.
+const HANDLE_BYTES: usize = 16;
+
+impl Call {
+    /// A server request from the call's stream or the session's GET stream.
+    pub(super) async fn on_server_request(&mut self, msg: Message) {
+        let Some(session) = self.session() else {
+            return;
+        };
+        let kind = InputKind::from_method(msg.method()).filter(|_| self.spec.input_capable);
+        let Some(kind) = kind else {
+            session.answer_default(&msg).await;
+            return;
+        };
+        let params = msg.params_value().ok().filter(|p| !p.is_null());
+        if let Err(required) =
+            input::check_capability(kind, params.as_ref(), &self.spec.capabilities)
+        {
+            return self.refuse(&session, &msg, required).await;
+        }
+        let id = msg.id.as_ref().map(|i| i.get().to_owned());
+        self.rounds.ask(kind, id, params.as_ref());
+        // The first request of a round opens the gather window; while parked, requests simply
+        // join the next round.
+        if let Phase::Running(_) = self.phase {
+            if let Some(leg) = self.take_leg() {
+                let until = Instant::now() + self.ctx.gather_window;
+                self.phase = Phase::Gathering { leg, until };
+            }
+        }
+    }
+
+    // The request needs a capability the client did not declare: refuse it upstream, cancel the
+    // call, and tell the client which capability (-32021).
+    async fn refuse(&mut self, session: &Session, msg: &Message, required: serde_json::Value) {
+        let id = msg.id.as_ref().map(|i| i.get()).unwrap_or("null");
+        let refusal = ErrorObject {
+            code: INVALID_PARAMS,
+            message: "the client did not declare this capability".into(),
+            data: None,
+        };
+        if let Err(e) = session.answer(id, Err(&refusal)).await {
+            tracing::debug!(error = %e, "could not refuse an upstream request");
+        }
+        self.cancel_upstream("the client lacks a required capability")
+            .await;
+        self.fail(ProxyError::MissingCapability { required }).await;
+    }
+
+    /// Answers `leg` with the pending requests as a round behind a fresh requestState; the call
+    /// is then parked until a retry or the deadline.
+    pub(super) async fn park(&mut self, leg: Leg) {
+        let handle = match self.registered() {
+            Ok(h) => h,
+            Err(e) => {
+                self.cancel_upstream("the proxy is at its parked-call limit")
+                    .await;
+                return self.fail_on(leg, e).await;
+            }
+        };
+        let round = self.rounds.open();
+        let tokens = &self.ctx.tokens;
+        let spec = &self.spec;
+        let claims = tokens.claims(
+            &handle,
+            &spec.principal,
+            &spec.request_digest,
+            round.number,
+            tokens.now(),
+        );
+        let token = match tokens.sign(&claims) {
+            Ok(t) => t,
+            Err(e) => return self.fail_on(leg, ProxyError::Internal(e.to_string())).await,
+        };
+        if let Some(p) = &self.parking {
+            p.guard.open_round(&claims.token_id, round.keys.clone());
+        }
+        let deadline = Instant::now() + tokens.ttl();
+        let result = rounds::input_required(&round, &token, self.server_info());
+        tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
+        self.ctx.metrics.round_sent(round.keys.len());
+        let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
+        leg.finish(Outcome::result(body)).await;
+        self.phase = Phase::Parked {
+            deadline,
+            held_final: None,
+        };
+    }
+
+    // The call's registry handle, registering it on its first round.
+    fn registered(&mut self) -> Result<String, ProxyError> {
+        if let Some(p) = &self.parking {
+            return Ok(p.guard.handle().to_owned());
+        }
+        let (tx, retries) = mpsc::channel(1);
+        let spec = &self.spec;
+        let guard = self.ctx.parked.register(
+            random_id(HANDLE_BYTES),
+            &spec.principal,
+            &spec.request_digest,
+            tx,
+        )?;
+        let handle = guard.handle().to_owned();
+        self.parking = Some(Parking { guard, retries });
+        Ok(handle)
+    }
+
+    /// A retry whose token the front verified and the registry claimed: deliver its answers,
+    /// then run on (every key answered) or ask again for the missing keys.
+    pub(super) async fn on_retry(&mut self, retry: Retry) {
+        let held = match std::mem::replace(&mut self.phase, Phase::Resuming(retry.leg)) {
+            Phase::Parked { held_final, .. } => held_final,
+            _ => None,
+        };
+        if let Some(msg) = held {
+            if let Some(leg) = self.take_leg() {
+                let outcome = self.final_outcome(msg, &leg.id);
+                leg.finish(outcome).await;
+            }
+            return;
+        }
+        let Answered {
+            deliveries,
+            reissue,
+        } = self.rounds.answer(&retry.answers);
+        if let Err(e) = deliver(self.session(), deliveries).await {
+            return self.fail(e.into()).await;
+        }
+        if reissue {
+            if let Err(e) = self.send_request().await {
+                return self.fail(e).await;
+            }
+        }
+        let Some(leg) = self.take_leg() else { return };
+        if self.rounds.has_pending() {
+            // Keys still unanswered: ask again for just those, same parked call, fresh token.
+            return self.park(leg).await;
+        }
+        if let Some(p) = &self.parking {
+            p.guard.close_round();
+        }
+        self.phase = Phase::Running(leg);
+    }
+}
+
+// Sends the client's answers upstream, in order.
+async fn deliver(
+    session: Option<Arc<Session>>,
+    deliveries: Vec<(String, serde_json::Value)>,
+) -> Result<(), UpstreamError> {
+    let Some(session) = session else {
+        return Err(UpstreamError::Closed);
+    };
+    for (id, answer) in deliveries {
+        session.answer(&id, Ok(&answer.to_string())).await?;
+    }
+    Ok(())
+}

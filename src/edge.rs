@@ -1,0 +1,171 @@
+//! The HTTP edge: every response the proxy itself builds. JSON answers, error answers (each
+//! failure logged here, once, at its side's level, in the request's span), plain-text admin
+//! answers, and the one SSE writer that call results and `subscriptions/listen` share (keep-alive
+//! comments, client-gone detection, the streaming headers). Relayed legacy traffic is not built
+//! here: it passes through `front::relay` untouched.
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
+use serde_json::value::RawValue;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Interval};
+use tracing::Instrument;
+
+use crate::body::{self, Body, ChannelBody};
+use crate::call::{LegEvent, Outcome};
+use crate::error::{Failure, ProxyError};
+use crate::sse;
+
+/// SSE events buffered toward a slow client before the producer waits.
+const SSE_BUFFER: usize = 16;
+
+/// A JSON answer.
+pub(crate) fn json(
+    status: StatusCode,
+    headers: HeaderMap,
+    body: impl Into<Bytes>,
+) -> Response<Body> {
+    let mut resp = Response::new(body::full(body));
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// The answer to a failed request `id` (`None`: not known yet), logged once here.
+pub(crate) fn error(err: &ProxyError, id: Option<&RawValue>) -> Response<Body> {
+    Failure::of(err).log();
+    json(err.status(), err.extra_headers(), err.to_body_bytes(id))
+}
+
+/// A short plain-text answer (admin routes).
+pub(crate) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
+    let mut r = Response::new(body::full(body));
+    *r.status_mut() = status;
+    r
+}
+
+/// An answer with no body (`202 Accepted`, `204 No Content`).
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
+    let mut r = Response::new(body::empty());
+    *r.status_mut() = status;
+    r
+}
+
+/// Answers a client exchange from its leg: JSON when the last message comes first, SSE when a
+/// notification comes first or nothing comes for `keepalive`; after that, everything (errors
+/// included) arrives in the stream.
+pub(crate) async fn respond(
+    mut rx: mpsc::Receiver<LegEvent>,
+    keepalive: Duration,
+) -> Response<Body> {
+    let first = match tokio::time::timeout(keepalive, rx.recv()).await {
+        Ok(Some(LegEvent::Done(out))) => return outcome(out),
+        Ok(Some(LegEvent::Message(m))) => Some(m),
+        Ok(None) => {
+            return error(
+                &ProxyError::Internal("the call ended without an answer".into()),
+                None,
+            )
+        }
+        Err(_) => None,
+    };
+    let (mut writer, resp) = SseWriter::open(keepalive);
+    let pump = async move {
+        if let Some(m) = first {
+            if writer.send(&m).await.is_err() {
+                return;
+            }
+        }
+        // Ends when the exchange is done or the client left; dropping `rx` then tells the actor.
+        while let Ok(Some(event)) = writer.pump(rx.recv()).await {
+            match event {
+                LegEvent::Message(m) => {
+                    if writer.send(&m).await.is_err() {
+                        return;
+                    }
+                }
+                LegEvent::Done(out) => {
+                    if let Some(f) = &out.failure {
+                        f.log();
+                    }
+                    let _ = writer.send(&out.body).await;
+                    return;
+                }
+            }
+        }
+    };
+    tokio::spawn(pump.instrument(tracing::Span::current()));
+    resp
+}
+
+fn outcome(out: Outcome) -> Response<Body> {
+    if let Some(f) = &out.failure {
+        f.log();
+    }
+    json(out.status, out.headers, out.body)
+}
+
+/// The client closed the stream.
+#[derive(Debug)]
+pub(crate) struct ClientGone;
+
+/// Writes one SSE response: JSON-RPC messages as `message` events, keep-alive comments whenever
+/// the producer waits longer than the interval.
+#[derive(Debug)]
+pub(crate) struct SseWriter {
+    tx: mpsc::Sender<Bytes>,
+    tick: Interval,
+}
+
+impl SseWriter {
+    /// A writer and the response it feeds (`text/event-stream`, unbuffered by proxies).
+    pub(crate) fn open(keepalive: Duration) -> (Self, Response<Body>) {
+        let (tx, body) = ChannelBody::channel(SSE_BUFFER);
+        let tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+        let mut resp = Response::new(body);
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        // nginx and compatible proxies would otherwise hold events back.
+        h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        (Self { tx, tick }, resp)
+    }
+
+    /// Sends one JSON-RPC message.
+    ///
+    /// # Errors
+    /// [`ClientGone`] once the client closed the stream.
+    pub(crate) async fn send(&mut self, message: &[u8]) -> Result<(), ClientGone> {
+        self.tx
+            .send(sse::encode_message(message))
+            .await
+            .map_err(|_| ClientGone)
+    }
+
+    /// Waits for `next`, sending keep-alive comments meanwhile.
+    ///
+    /// # Errors
+    /// [`ClientGone`] as soon as the client closed the stream (`next` is dropped).
+    pub(crate) async fn pump<T>(&mut self, next: impl Future<Output = T>) -> Result<T, ClientGone> {
+        tokio::pin!(next);
+        loop {
+            tokio::select! {
+                v = &mut next => return Ok(v),
+                _ = self.tick.tick() => {
+                    self.tx.send(sse::keepalive()).await.map_err(|_| ClientGone)?;
+                }
+                () = self.tx.closed() => return Err(ClientGone),
+            }
+        }
+    }
+}

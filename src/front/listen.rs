@@ -1,0 +1,276 @@
+//! `subscriptions/listen`: a POST whose SSE response stays open. It leases an upstream session,
+//! subscribes upstream to the requested resources, acknowledges, returns the session to the pool
+//! pinned (calls borrow it first; it is not reaped), then relays list-changed and resource-updated
+//! notifications, tagged with the listen id. If that session dies, the stream ends and the client
+//! re-listens.
+//!
+//! Legacy servers notify changes per session, usually on the session where they happened (a tool
+//! that adds a tool notifies its caller's session). So a listen stream takes changes from *every*
+//! upstream session of its principal, not only its own; the same change seen on several sessions
+//! arrives more than once, which is harmless for these level-triggered notifications.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderValue, Response};
+use serde_json::{json, Map, Value};
+use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use super::validate::ModernRequest;
+use crate::app::App;
+use crate::body::Body;
+use crate::edge::SseWriter;
+use crate::error::ProxyError;
+use crate::jsonrpc::{self, Message};
+use crate::protocol::META_SUBSCRIPTION_ID;
+use crate::upstream::{Change, ListenerPin, Session};
+
+/// What a listen stream carries: the lists whose changes it relays and the resources it follows.
+#[derive(Debug, Default)]
+struct Filter {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+    uris: HashSet<String>,
+}
+
+/// One open listen stream's sources.
+struct Feed {
+    principal: String,
+    sub_id: Value,
+    filter: Filter,
+    events: broadcast::Receiver<Change>,
+    session: Arc<Session>,
+    shutdown: watch::Receiver<bool>,
+    _pin: ListenerPin,
+}
+
+/// Starts a listen stream.
+///
+/// # Errors
+/// [`ProxyError::InvalidParams`] without a `notifications` filter; pool and upstream errors.
+pub(super) async fn serve(
+    app: &Arc<App>,
+    req: ModernRequest,
+    principal: String,
+    auth: Option<(http::HeaderName, HeaderValue)>,
+) -> Result<Response<Body>, ProxyError> {
+    let Some(asked) = req.params.get("notifications").filter(|f| f.is_object()) else {
+        return Err(ProxyError::InvalidParams(
+            "subscriptions/listen needs a notifications object".into(),
+        ));
+    };
+    let lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
+    let session = Arc::clone(lease.session());
+    let filter = Filter::negotiate(asked, &session).await;
+    let sub_id: Value = serde_json::from_str(req.id.get()).unwrap_or(Value::Null);
+    let ack = jsonrpc::notification_bytes(
+        "notifications/subscriptions/acknowledged",
+        &json!({"_meta": {META_SUBSCRIPTION_ID: sub_id}, "notifications": filter.granted()}),
+    );
+    // The session goes back to the pool, pinned: calls of the same principal and capabilities
+    // borrow it first (a legacy server sends per-session updates to the session a tool ran on),
+    // and it is neither reaped nor evicted while this stream is open.
+    let feed = Feed {
+        principal,
+        sub_id,
+        filter,
+        events: app.pool.subscribe_changes(),
+        _pin: session.pin_listener(),
+        session,
+        shutdown: app.calls.shutdown.clone(),
+    };
+    drop(lease);
+    let (writer, resp) = SseWriter::open(app.config.keepalive);
+    tokio::spawn(relay(writer, ack, feed).instrument(tracing::Span::current()));
+    Ok(resp)
+}
+
+async fn relay(mut writer: SseWriter, ack: Vec<u8>, mut feed: Feed) {
+    if writer.send(&ack).await.is_err() {
+        return;
+    }
+    while let Ok(Some(message)) = writer.pump(feed.next()).await {
+        if writer.send(&message).await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Feed {
+    /// The next notification for this stream; `None` when the stream must end.
+    async fn next(&mut self) -> Option<Vec<u8>> {
+        loop {
+            tokio::select! {
+                ev = self.events.recv() => match ev {
+                    Ok(change) => {
+                        if *change.principal != *self.principal {
+                            continue;
+                        }
+                        if let Some(out) = self.filter.tag(&change.message, &self.sub_id) {
+                            return Some(out);
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::debug!(skipped = n, "a listen stream fell behind the change feed");
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
+                // The upstream subscriptions died with the session: end the stream so that the
+                // client re-listens (there is no replay in 2026-07-28).
+                () = self.session.wait_dead() => return None,
+                // Shutting down: end the stream now rather than hold the drain to its deadline.
+                _ = self.shutdown.wait_for(|down| *down) => return None,
+            }
+        }
+    }
+}
+
+impl Filter {
+    /// What the client asked for that the upstream can give. `…ListChanged` is honoured for
+    /// every list the upstream has, whether or not it advertises `listChanged`: legacy servers
+    /// often notify without advertising it (Python FastMCP 1.x does), and relaying what comes
+    /// costs nothing; a list the upstream does not have can never change. Resources are
+    /// followed when the upstream accepts `resources/subscribe` on this session.
+    async fn negotiate(asked: &Value, session: &Arc<Session>) -> Self {
+        let caps = session
+            .init_result()
+            .get("capabilities")
+            .cloned()
+            .unwrap_or(Value::Null);
+        let wants = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
+        let has_list = |k: &str| caps.get(k).is_some_and(Value::is_object);
+        let can_subscribe = caps
+            .get("resources")
+            .and_then(|r| r.get("subscribe"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let mut uris = HashSet::new();
+        if can_subscribe {
+            let asked_uris = asked.get("resourceSubscriptions").and_then(Value::as_array);
+            for uri in asked_uris.into_iter().flatten().filter_map(Value::as_str) {
+                if subscribe(session, uri).await {
+                    uris.insert(uri.to_owned());
+                }
+            }
+        }
+        Self {
+            tools: wants("toolsListChanged") && has_list("tools"),
+            prompts: wants("promptsListChanged") && has_list("prompts"),
+            resources: wants("resourcesListChanged") && has_list("resources"),
+            uris,
+        }
+    }
+
+    /// The acknowledged filter.
+    fn granted(&self) -> Map<String, Value> {
+        let mut granted = Map::new();
+        for (k, on) in [
+            ("toolsListChanged", self.tools),
+            ("promptsListChanged", self.prompts),
+            ("resourcesListChanged", self.resources),
+        ] {
+            if on {
+                granted.insert(k.into(), true.into());
+            }
+        }
+        if !self.uris.is_empty() {
+            let mut uris: Vec<&String> = self.uris.iter().collect();
+            uris.sort();
+            granted.insert("resourceSubscriptions".into(), json!(uris));
+        }
+        granted
+    }
+
+    /// Keeps only what the filter asked for, tagged with the subscription id.
+    fn tag(&self, bytes: &Bytes, sub_id: &Value) -> Option<Vec<u8>> {
+        let msg = Message::parse(bytes).ok()?;
+        let mut params = msg
+            .params_value()
+            .ok()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| json!({}));
+        let keep = match msg.method() {
+            "notifications/tools/list_changed" => self.tools,
+            "notifications/prompts/list_changed" => self.prompts,
+            "notifications/resources/list_changed" => self.resources,
+            "notifications/resources/updated" => params
+                .get("uri")
+                .and_then(Value::as_str)
+                .is_some_and(|u| self.uris.contains(u)),
+            _ => false,
+        };
+        if !keep {
+            return None;
+        }
+        let meta = params
+            .as_object_mut()?
+            .entry("_meta")
+            .or_insert_with(|| json!({}));
+        meta.as_object_mut()?
+            .insert(META_SUBSCRIPTION_ID.into(), sub_id.clone());
+        Some(jsonrpc::notification_bytes(msg.method(), &params))
+    }
+}
+
+// Subscribes the session to `uri` upstream; true when the upstream accepted.
+async fn subscribe(session: &Arc<Session>, uri: &str) -> bool {
+    let Ok((_, mut stream)) = session
+        .request("resources/subscribe", &json!({"uri": uri}))
+        .await
+    else {
+        return false;
+    };
+    match stream.next().await {
+        Some(Ok(reply)) => Message::parse(&reply).is_ok_and(|m| m.error.is_none()),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_and_filters() {
+        let uris: HashSet<String> = ["file:///a".to_owned()].into();
+        let all = Filter {
+            tools: true,
+            prompts: true,
+            resources: true,
+            uris: uris.clone(),
+        };
+        let no_tools = Filter {
+            tools: false,
+            uris,
+            ..Filter::default()
+        };
+        let id = json!(7);
+        let lc =
+            Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/tools/list_changed"}"#);
+        let out: Value = serde_json::from_slice(&all.tag(&lc, &id).unwrap()).unwrap();
+        assert_eq!(out["params"]["_meta"][META_SUBSCRIPTION_ID], 7);
+        assert!(no_tools.tag(&lc, &id).is_none());
+        let up = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///b"}}"#);
+        assert!(all.tag(&up, &id).is_none());
+        let mine = Bytes::from_static(br#"{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"file:///a"}}"#);
+        assert!(no_tools.tag(&mine, &id).is_some());
+        let progress = Bytes::from_static(
+            br#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
+        );
+        assert!(
+            all.tag(&progress, &id).is_none(),
+            "request-scoped notifications never go on listen"
+        );
+        assert_eq!(
+            all.granted(),
+            json!({"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true, "resourceSubscriptions": ["file:///a"]})
+                .as_object()
+                .cloned()
+                .unwrap()
+        );
+    }
+}

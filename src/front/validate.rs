@@ -1,0 +1,381 @@
+//! Validation of modern (2026-07-28) requests: mirrored headers, `_meta`, version and method
+//! routing, into a [`ModernRequest`]. Pure functions over headers and a parsed envelope; no IO.
+
+use base64::Engine;
+use http::HeaderMap;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::error::ProxyError;
+use crate::jsonrpc::Message;
+use crate::protocol::{
+    META_CAPABILITIES, META_LOG_LEVEL, META_PREFIX, META_VERSION, METHOD_HEADER, MODERN_VERSION,
+    NAME_HEADER, VERSION_HEADER,
+};
+
+/// Where a modern request goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// `server/discover`, answered from the upstream's `InitializeResult`.
+    Discover,
+    /// `subscriptions/listen`, fed from the upstream GET stream.
+    Listen,
+    /// Forwarded on a legacy session.
+    Forward {
+        /// `tools/call`, `prompts/get`, `resources/read`: may answer `input_required`.
+        input_capable: bool,
+    },
+}
+
+/// A validated modern request.
+#[derive(Debug)]
+pub(super) struct ModernRequest {
+    /// JSON-RPC id.
+    pub(super) id: Box<RawValue>,
+    /// Method name.
+    pub(super) method: String,
+    /// Params as an object (the `_meta` included).
+    pub(super) params: Map<String, Value>,
+    /// Declared client capabilities.
+    pub(super) capabilities: Value,
+    /// `io.modelcontextprotocol/logLevel`, when set.
+    pub(super) log_level: Option<String>,
+    /// `_meta.progressToken`, when set.
+    pub(super) progress_token: Option<Value>,
+    /// Where it goes.
+    pub(super) route: Route,
+}
+
+impl ModernRequest {
+    /// Tool/prompt name or resource uri (`""` for other methods).
+    pub(super) fn target(&self) -> &str {
+        target_of(&self.method, &self.params).unwrap_or("")
+    }
+
+    /// The params to send upstream: without the retry fields, the modern `_meta` keys, and
+    /// `task` (task augmentation is not offered here; a 2025-11-25 upstream would answer with a
+    /// legacy task the client could not follow, so the call runs synchronously instead).
+    pub(super) fn upstream_params(&self) -> Value {
+        let mut p = self.params.clone();
+        p.remove("inputResponses");
+        p.remove("requestState");
+        p.remove("task");
+        if let Some(Value::Object(meta)) = p.get_mut("_meta") {
+            meta.retain(|k, _| !k.starts_with(META_PREFIX));
+            if meta.is_empty() {
+                p.remove("_meta");
+            }
+        }
+        Value::Object(p)
+    }
+
+    /// Tool arguments (`arguments`) or `{}`, used in the request digest.
+    pub(super) fn arguments(&self) -> &Value {
+        static EMPTY: Value = Value::Null;
+        self.params.get("arguments").unwrap_or(&EMPTY)
+    }
+}
+
+/// Routes a method, or says it does not exist in 2026-07-28 behind this proxy.
+///
+/// # Errors
+/// [`ProxyError::MethodNotFound`].
+pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
+    match method {
+        "server/discover" => Ok(Route::Discover),
+        "subscriptions/listen" => Ok(Route::Listen),
+        "tools/call" | "prompts/get" | "resources/read" => Ok(Route::Forward {
+            input_capable: true,
+        }),
+        "tools/list"
+        | "prompts/list"
+        | "resources/list"
+        | "resources/templates/list"
+        | "completion/complete" => Ok(Route::Forward {
+            input_capable: false,
+        }),
+        other => Err(ProxyError::MethodNotFound(other.to_owned())),
+    }
+}
+
+/// Validates a modern request: the required `_meta` version, the version, the mirrored headers,
+/// the method and its target, then the declared capabilities.
+///
+/// # Errors
+/// -32602 for missing `_meta` fields or target, -32020 for header mismatches, -32022 for another
+/// version, -32601 for unknown or removed methods.
+pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, ProxyError> {
+    let id = msg
+        .id
+        .clone()
+        .ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
+    let method = msg.method().to_owned();
+    let params = params_object(&msg)?;
+    let meta = params.get("_meta").and_then(Value::as_object);
+    let body_version = meta
+        .and_then(|m| m.get(META_VERSION))
+        .and_then(Value::as_str)
+        .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
+    if body_version != MODERN_VERSION {
+        return Err(ProxyError::UnsupportedVersion {
+            requested: body_version.to_owned(),
+        });
+    }
+    mirrored(
+        headers,
+        VERSION_HEADER,
+        "MCP-Protocol-Version",
+        body_version,
+    )?;
+    mirrored(headers, METHOD_HEADER, "Mcp-Method", &method)?;
+    check_target(headers, &method, &params)?;
+    let capabilities = meta
+        .and_then(|m| m.get(META_CAPABILITIES))
+        .filter(|c| c.is_object())
+        .cloned()
+        .ok_or_else(|| {
+            ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"))
+        })?;
+    let log_level = meta
+        .and_then(|m| m.get(META_LOG_LEVEL))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let progress_token = meta.and_then(|m| m.get("progressToken")).cloned();
+    let route = route(&method)?;
+    Ok(ModernRequest {
+        id,
+        method,
+        params,
+        capabilities,
+        log_level,
+        progress_token,
+        route,
+    })
+}
+
+fn params_object(msg: &Message) -> Result<Map<String, Value>, ProxyError> {
+    match msg
+        .params_value()
+        .map_err(|e| ProxyError::Parse(e.to_string()))?
+    {
+        Value::Object(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        _ => Err(ProxyError::InvalidParams("params must be an object".into())),
+    }
+}
+
+// The tool / prompt name or resource uri a method needs must be there, mirrored in `Mcp-Name`.
+fn check_target(
+    headers: &HeaderMap,
+    method: &str,
+    params: &Map<String, Value>,
+) -> Result<(), ProxyError> {
+    let Some(target) = target_of(method, params) else {
+        return match method {
+            "resources/read" => Err(ProxyError::InvalidParams("missing params.uri".into())),
+            "tools/call" | "prompts/get" => {
+                Err(ProxyError::InvalidParams("missing params.name".into()))
+            }
+            _ => Ok(()),
+        };
+    };
+    match headers
+        .get(NAME_HEADER)
+        .map(|v| decode_header_value(v.as_bytes()))
+    {
+        Some(Some(n)) if n == target => Ok(()),
+        Some(_) => Err(ProxyError::HeaderMismatch(
+            "Mcp-Name does not match the body".into(),
+        )),
+        None => Err(ProxyError::HeaderMismatch("missing Mcp-Name header".into())),
+    }
+}
+
+/// Whether a request looks like it comes from a modern client (a modern `_meta` version or
+/// header), as opposed to a legacy one that should be passed through.
+pub(super) fn looks_modern(headers: &HeaderMap, msg: &Message) -> bool {
+    if header_str(headers, VERSION_HEADER).is_some_and(|v| v.as_str() >= MODERN_VERSION) {
+        return true;
+    }
+    let Some(params) = &msg.params else {
+        return header_str(headers, METHOD_HEADER).is_some();
+    };
+    // A cheap look for the modern `_meta` key before parsing anything.
+    params.get().contains(META_VERSION) || header_str(headers, METHOD_HEADER).is_some()
+}
+
+// A mirrored header must be present and equal to its body value (-32020 otherwise).
+fn mirrored(headers: &HeaderMap, name: &str, label: &str, body: &str) -> Result<(), ProxyError> {
+    match header_str(headers, name) {
+        Some(v) if v == body => Ok(()),
+        Some(_) => Err(ProxyError::HeaderMismatch(format!(
+            "{label} does not match the body"
+        ))),
+        None => Err(ProxyError::HeaderMismatch(format!(
+            "missing {label} header"
+        ))),
+    }
+}
+
+fn target_of<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str> {
+    let field = match method {
+        "tools/call" | "prompts/get" => "name",
+        "resources/read" => "uri",
+        _ => return None,
+    };
+    params.get(field).and_then(Value::as_str)
+}
+
+fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(|s| s.trim().to_owned())
+}
+
+/// Decodes a mirrored header value: plain ASCII, or `=?base64?…?=` holding UTF-8.
+pub(super) fn decode_header_value(raw: &[u8]) -> Option<String> {
+    let s = std::str::from_utf8(raw).ok()?.trim();
+    if let Some(b64) = s
+        .strip_prefix("=?base64?")
+        .and_then(|r| r.strip_suffix("?="))
+    {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+        return String::from_utf8(bytes).ok();
+    }
+    Some(s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    fn call(name: &str) -> Message {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}","arguments":{{}},"_meta":{{"{META_VERSION}":"2026-07-28","{META_CAPABILITIES}":{{}}}}}}}}"#
+        );
+        Message::parse(body.as_bytes()).unwrap()
+    }
+
+    fn good_headers(name: &str) -> HeaderMap {
+        headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", name),
+        ])
+    }
+
+    #[test]
+    fn accepts_a_correct_call() {
+        let r = validate(&good_headers("echo"), call("echo")).unwrap();
+        assert_eq!(
+            r.route,
+            Route::Forward {
+                input_capable: true
+            }
+        );
+        assert_eq!(r.target(), "echo");
+    }
+
+    #[test]
+    fn header_mismatches_are_32020() {
+        for h in [
+            headers(&[("mcp-method", "tools/call"), ("mcp-name", "echo")]),
+            headers(&[("mcp-protocol-version", "2026-07-28"), ("mcp-name", "echo")]),
+            headers(&[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/list"),
+                ("mcp-name", "echo"),
+            ]),
+            headers(&[
+                ("mcp-protocol-version", "2026-07-28"),
+                ("mcp-method", "tools/call"),
+            ]),
+            good_headers("other"),
+        ] {
+            let e = validate(&h, call("echo")).unwrap_err();
+            assert_eq!(e.to_error_object().code, -32020, "{h:?}");
+        }
+    }
+
+    #[test]
+    fn base64_names_decode() {
+        let name = "héllo";
+        let enc = format!(
+            "=?base64?{}?=",
+            base64::engine::general_purpose::STANDARD.encode(name)
+        );
+        assert!(validate(&good_headers(&enc), call(name)).is_ok());
+    }
+
+    #[test]
+    fn missing_meta_is_32602_and_other_version_32022() {
+        let m = Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#)
+            .unwrap();
+        assert_eq!(
+            validate(&good_headers("x"), m)
+                .unwrap_err()
+                .to_error_object()
+                .code,
+            -32602
+        );
+        let m = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            validate(&good_headers("x"), m)
+                .unwrap_err()
+                .to_error_object()
+                .code,
+            -32022
+        );
+        let m = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+        )
+        .unwrap();
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ]);
+        assert_eq!(validate(&h, m).unwrap_err().to_error_object().code, -32602);
+    }
+
+    #[test]
+    fn removed_methods_are_not_found() {
+        for m in [
+            "ping",
+            "logging/setLevel",
+            "resources/subscribe",
+            "initialize",
+            "tasks/get",
+            "bogus",
+        ] {
+            assert!(
+                matches!(route(m), Err(ProxyError::MethodNotFound(_))),
+                "{m}"
+            );
+        }
+    }
+
+    #[test]
+    fn upstream_params_strip_modern_fields() {
+        let m = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","requestState":"x","inputResponses":{},"task":{"ttl":1000},"_meta":{"progressToken":5,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+        .unwrap();
+        let r = validate(&good_headers("t"), m).unwrap();
+        assert_eq!(
+            r.upstream_params(),
+            serde_json::json!({"name":"t","_meta":{"progressToken":5}})
+        );
+    }
+}

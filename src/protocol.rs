@@ -1,0 +1,54 @@
+//! MCP protocol constants: versions, `_meta` keys, header names and error codes, for both eras.
+//! Depends on nothing, so every module can name the wire without depending on another's logic.
+
+/// The one modern protocol version served.
+pub(crate) const MODERN_VERSION: &str = "2026-07-28";
+/// The legacy version asked for in `initialize` unless `upstream.protocol_version` says otherwise.
+pub(crate) const DEFAULT_LEGACY_VERSION: &str = "2025-11-25";
+
+/// Prefix of every `_meta` key the modern protocol defines (stripped before going upstream).
+pub(crate) const META_PREFIX: &str = "io.modelcontextprotocol/";
+/// `_meta` key of the protocol version.
+pub(crate) const META_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
+/// `_meta` key of the per-request client capabilities.
+pub(crate) const META_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
+/// `_meta` key of the requested log level.
+pub(crate) const META_LOG_LEVEL: &str = "io.modelcontextprotocol/logLevel";
+/// `_meta` key of the server info on results.
+pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+/// `_meta` key tagging notifications of a listen stream.
+pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
+
+/// `MCP-Protocol-Version`: mirrored from `_meta` (modern), the negotiated version (legacy).
+pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
+/// `Mcp-Method`: mirrors the JSON-RPC method (modern).
+pub(crate) const METHOD_HEADER: &str = "mcp-method";
+/// `Mcp-Name`: mirrors the tool / prompt name or resource uri (modern).
+pub(crate) const NAME_HEADER: &str = "mcp-name";
+/// `Mcp-Session-Id`: the legacy session.
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Parse error (invalid JSON).
+pub(crate) const PARSE_ERROR: i64 = -32700;
+/// The JSON is not a valid request object.
+pub(crate) const INVALID_REQUEST: i64 = -32600;
+/// Unknown or capability-gated method (HTTP 404 in 2026-07-28).
+pub(crate) const METHOD_NOT_FOUND: i64 = -32601;
+/// Invalid params (also: bad or expired `requestState`, missing `_meta` fields).
+pub(crate) const INVALID_PARAMS: i64 = -32602;
+/// Internal error.
+pub(crate) const INTERNAL_ERROR: i64 = -32603;
+/// Implementation-defined: the proxy is at a configured limit (parked calls, sessions).
+pub(crate) const SERVER_OVERLOADED: i64 = -32000;
+/// Legacy (≤ 2025-11-25) "resource not found"; mapped to [`INVALID_PARAMS`] for modern clients.
+pub(crate) const LEGACY_RESOURCE_NOT_FOUND: i64 = -32002;
+/// Legacy (2025-11-25) "URL elicitation required".
+pub(crate) const LEGACY_URL_ELICITATION_REQUIRED: i64 = -32042;
+/// 2026-07-28: mirrored headers missing or not matching the body.
+pub(crate) const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: processing needs a capability the request did not declare.
+pub(crate) const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
+/// 2026-07-28: the requested protocol version is not supported.
+pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// 2026-07-28 reserves -32020 … -32099 for the spec: codes it does not define must not be sent.
+pub(crate) const RESERVED_CODES: std::ops::RangeInclusive<i64> = -32099..=-32020;

@@ -1,0 +1,146 @@
+//! The HTTP client for the one configured upstream, and how talking to it fails.
+
+use std::time::Duration;
+
+use http::{Request, Response, StatusCode, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::body::Body;
+use crate::sse::SseError;
+
+/// A failure talking to the upstream.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum UpstreamError {
+    /// Could not connect or the connection broke.
+    #[error("upstream unreachable: {0}")]
+    Connect(String),
+    /// No response headers within the configured timeout.
+    #[error("upstream timed out")]
+    Timeout,
+    /// An HTTP status we cannot use.
+    #[error("upstream answered http {0}")]
+    Status(StatusCode),
+    /// The upstream refused the request's credentials (401) or permissions (403): the client
+    /// gets the same status and the upstream's `WWW-Authenticate` challenge, to authenticate.
+    #[error("the upstream refused the request's credentials (http {status})")]
+    Unauthorized {
+        /// 401 or 403.
+        status: StatusCode,
+        /// The upstream's `WWW-Authenticate` header.
+        challenge: Option<http::HeaderValue>,
+    },
+    /// The upstream broke the protocol (bad JSON, missing session id, …).
+    #[error("upstream protocol error: {0}")]
+    Protocol(String),
+    /// The pool is at `pool.max_sessions` and no session came free within
+    /// `pool.acquire_timeout` (a proxy limit: 503 + Retry-After).
+    #[error("{0}")]
+    Busy(&'static str),
+    /// The upstream no longer knows our session (404).
+    #[error("upstream session expired")]
+    SessionGone,
+    /// The response stream ended before the call's result.
+    #[error("upstream closed the stream before the result")]
+    Closed,
+    /// An SSE event broke the decoder's bounds.
+    #[error(transparent)]
+    Sse(#[from] SseError),
+}
+
+impl UpstreamError {
+    /// The status the client sees.
+    pub(crate) fn status(&self) -> StatusCode {
+        match self {
+            Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthorized { status, .. } => *status,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// The error for an upstream response with an unusable status.
+    pub(crate) fn from_status<B>(resp: &Response<B>) -> Self {
+        let status = resp.status();
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            Self::Unauthorized {
+                status,
+                challenge: resp.headers().get(http::header::WWW_AUTHENTICATE).cloned(),
+            }
+        } else {
+            Self::Status(status)
+        }
+    }
+}
+
+/// HTTP client for the one configured upstream.
+#[derive(Debug, Clone)]
+pub(crate) struct UpstreamClient {
+    http: Client<HttpConnector, Body>,
+    uri: Uri,
+    timeout: Duration,
+    max_event_bytes: usize,
+}
+
+impl UpstreamClient {
+    /// A client for `uri`.
+    pub(crate) fn new(uri: Uri, timeout: Duration, max_event_bytes: usize) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(timeout));
+        connector.set_nodelay(true);
+        let http = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build(connector);
+        Self {
+            http,
+            uri,
+            timeout,
+            max_event_bytes,
+        }
+    }
+
+    /// The upstream MCP endpoint.
+    pub(crate) fn uri(&self) -> &Uri {
+        &self.uri
+    }
+
+    /// Largest accepted SSE event / JSON body.
+    pub(crate) fn max_event_bytes(&self) -> usize {
+        self.max_event_bytes
+    }
+
+    /// Sends a request; waits at most the configured timeout for the response headers.
+    ///
+    /// # Errors
+    /// [`UpstreamError::Connect`] or [`UpstreamError::Timeout`].
+    pub(crate) async fn send(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match tokio::time::timeout(self.timeout, self.send_untimed(req)).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout),
+        }
+    }
+
+    /// Sends a request with only the connect timeout; the caller bounds the wait for headers.
+    ///
+    /// # Errors
+    /// [`UpstreamError::Connect`].
+    pub(crate) async fn send_untimed(
+        &self,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        self.http
+            .request(req)
+            .await
+            .map_err(|e| UpstreamError::Connect(e.to_string()))
+    }
+
+    /// The configured connect + response-header timeout.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+}

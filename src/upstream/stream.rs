@@ -1,0 +1,160 @@
+//! Reading an upstream response: the JSON or SSE body of one request turned into JSON-RPC
+//! messages, and the wait for its headers kept pollable beside everything else.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use bytes::{Bytes, BytesMut};
+use http::Response;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+
+use super::client::UpstreamError;
+use crate::sse::{SseDecoder, SseError};
+
+/// The response to a request whose headers may still be on the way, then its messages.
+///
+/// A JSON-mode upstream sends no headers until the request is done, and may meanwhile ask for
+/// input on the session's GET stream; the call actor must keep serving that stream while it
+/// waits, so the wait lives here, polled with everything else (cancel-safe: the pending future
+/// is kept across polls).
+pub(crate) enum ResponseStream {
+    /// Headers not yet received.
+    Pending(Pin<Box<dyn Future<Output = Result<MessageStream, UpstreamError>> + Send>>),
+    /// Reading the body.
+    Ready(MessageStream),
+    /// Ended by an error while waiting for the headers.
+    Failed,
+}
+
+impl std::fmt::Debug for ResponseStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Pending(_) => f.write_str("ResponseStream::Pending"),
+            Self::Ready(s) => f.debug_tuple("ResponseStream::Ready").field(s).finish(),
+            Self::Failed => f.write_str("ResponseStream::Failed"),
+        }
+    }
+}
+
+impl ResponseStream {
+    /// The next message, `None` at the end of the body.
+    ///
+    /// # Errors
+    /// As [`MessageStream::next`], plus the errors of waiting for the headers.
+    pub(crate) async fn next(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        loop {
+            match self {
+                Self::Pending(headers) => match headers.as_mut().await {
+                    Ok(stream) => *self = Self::Ready(stream),
+                    Err(e) => {
+                        *self = Self::Failed;
+                        return Some(Err(e));
+                    }
+                },
+                Self::Ready(stream) => return stream.next().await,
+                Self::Failed => return None,
+            }
+        }
+    }
+}
+
+/// Yields the JSON-RPC messages of one upstream response body, JSON or SSE, as raw bytes.
+#[derive(Debug)]
+pub(crate) struct MessageStream {
+    body: Incoming,
+    mode: Mode,
+    queue: std::collections::VecDeque<Bytes>,
+    done: bool,
+}
+
+#[derive(Debug)]
+enum Mode {
+    Sse(SseDecoder),
+    Json { buf: BytesMut, limit: usize },
+}
+
+impl MessageStream {
+    /// Wraps a response; the content type picks JSON or SSE.
+    pub(crate) fn new(resp: Response<Incoming>, max_event_bytes: usize) -> Self {
+        let sse = resp
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let mode = if sse {
+            Mode::Sse(SseDecoder::new(max_event_bytes))
+        } else {
+            Mode::Json {
+                buf: BytesMut::new(),
+                limit: max_event_bytes,
+            }
+        };
+        Self {
+            body: resp.into_body(),
+            mode,
+            queue: Default::default(),
+            done: false,
+        }
+    }
+
+    /// The next message, `None` at the end of the body.
+    ///
+    /// # Errors
+    /// Transport failures and SSE bound violations; the stream is finished after an error.
+    pub(crate) async fn next(&mut self) -> Option<Result<Bytes, UpstreamError>> {
+        loop {
+            if let Some(m) = self.queue.pop_front() {
+                return Some(Ok(m));
+            }
+            if self.done {
+                return None;
+            }
+            match self.body.frame().await {
+                Some(Ok(frame)) => {
+                    let Ok(data) = frame.into_data() else {
+                        continue;
+                    };
+                    if let Err(e) = self.push(&data) {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                }
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(UpstreamError::Connect(e.to_string())));
+                }
+                None => {
+                    self.done = true;
+                    if let Mode::Json { buf, .. } = &mut self.mode {
+                        let body = buf.split().freeze();
+                        if !body.iter().all(u8::is_ascii_whitespace) {
+                            self.queue.push_back(body);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, data: &[u8]) -> Result<(), UpstreamError> {
+        match &mut self.mode {
+            Mode::Sse(dec) => {
+                for ev in dec.feed(data)? {
+                    if ev.event.as_deref().is_none_or(|e| e == "message") {
+                        self.queue.push_back(Bytes::from(ev.data));
+                    }
+                }
+            }
+            Mode::Json { buf, limit } => {
+                if buf.len() + data.len() > *limit {
+                    return Err(UpstreamError::Sse(SseError::EventTooLarge {
+                        limit: *limit,
+                    }));
+                }
+                buf.extend_from_slice(data);
+            }
+        }
+        Ok(())
+    }
+}
