@@ -125,8 +125,14 @@ impl ModernClient {
     ) -> Result<Exchange, String> {
         let mut b = Request::post(&self.url)
             .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2026-07-28");
+            .header("accept", "application/json, text/event-stream");
+        // The modern version header, unless the caller sends its own.
+        if !extra
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("mcp-protocol-version"))
+        {
+            b = b.header("mcp-protocol-version", "2026-07-28");
+        }
         for (k, v) in extra.iter().chain(self.headers.iter()) {
             b = b.header(k.as_str(), v.as_str());
         }

@@ -98,8 +98,9 @@ pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
     }
 }
 
-/// Validates a modern request: the required `_meta` version, the version, the mirrored headers,
-/// the method and its target, then the declared capabilities.
+/// Validates a modern request: the required `_meta` version, the mirrored headers (checked before
+/// the version is judged: a valid header over another body version is a mismatch, -32020), the
+/// version, the method and its target, then the declared capabilities.
 ///
 /// # Errors
 /// -32602 for missing `_meta` fields or target, -32020 for header mismatches, -32022 for another
@@ -116,17 +117,17 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         .and_then(|m| m.get(META_VERSION))
         .and_then(Value::as_str)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
-    if body_version != MODERN_VERSION {
-        return Err(ProxyError::UnsupportedVersion {
-            requested: body_version.to_owned(),
-        });
-    }
     mirrored(
         headers,
         VERSION_HEADER,
         "MCP-Protocol-Version",
         body_version,
     )?;
+    if body_version != MODERN_VERSION {
+        return Err(ProxyError::UnsupportedVersion {
+            requested: body_version.to_owned(),
+        });
+    }
     mirrored(headers, METHOD_HEADER, "Mcp-Method", &method)?;
     check_target(headers, &method, &params)?;
     let capabilities = meta
@@ -307,6 +308,21 @@ mod tests {
     }
 
     #[test]
+    fn a_valid_version_header_over_another_body_version_is_a_mismatch() {
+        let m = Message::parse(
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"v999.0.0","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
+        )
+        .unwrap();
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ]);
+        let e = validate(&h, m).unwrap_err();
+        assert_eq!(e.to_error_object().code, -32020, "{e}");
+        assert_eq!(e.status(), http::StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
     fn base64_names_decode() {
         let name = "héllo";
         let enc = format!(
@@ -331,13 +347,11 @@ mod tests {
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"1900-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
         )
         .unwrap();
-        assert_eq!(
-            validate(&good_headers("x"), m)
-                .unwrap_err()
-                .to_error_object()
-                .code,
-            -32022
-        );
+        let h = headers(&[
+            ("mcp-protocol-version", "1900-01-01"),
+            ("mcp-method", "tools/list"),
+        ]);
+        assert_eq!(validate(&h, m).unwrap_err().to_error_object().code, -32022);
         let m = Message::parse(
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
         )

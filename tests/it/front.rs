@@ -45,15 +45,38 @@ async fn unsupported_version_is_400_with_32022_and_supported_list() {
     let proxy = TestProxy::start(&mock.url(), "").await;
     let c = proxy.client(json!({}));
     let body = r#"{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2099-01-01","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
-    let ex = c
-        .send_raw(body.into(), &h(&[("mcp-method", "tools/list")]))
-        .await
-        .unwrap();
+    let headers = h(&[
+        ("mcp-protocol-version", "2099-01-01"),
+        ("mcp-method", "tools/list"),
+    ]);
+    let ex = c.send_raw(body.into(), &headers).await.unwrap();
     assert_eq!(ex.status, StatusCode::BAD_REQUEST);
     let e = error_of(&ex);
     assert_eq!(e["code"], -32022);
     assert_eq!(e["data"]["requested"], "2099-01-01");
     assert_eq!(e["data"]["supported"], json!(["2026-07-28"]));
+}
+
+// The mirrored header is checked before the version is judged (found by a conformance run:
+// this was -32022).
+#[tokio::test]
+async fn a_valid_version_header_over_another_meta_version_is_400_with_32020() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let body = r#"{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"v999.0.0","io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+    let headers = h(&[
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/list"),
+    ]);
+    let ex = c.send_raw(body.into(), &headers).await.unwrap();
+    assert_eq!(ex.status, StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&ex)["code"], -32020);
+    assert_eq!(ex.last["id"], 4);
+    assert!(
+        mock.posted().iter().all(|m| m["method"] != "tools/list"),
+        "nothing reached the upstream"
+    );
 }
 
 #[tokio::test]
