@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
 use crate::call::{CallContext, ParkedCalls};
 use crate::config::Config;
@@ -26,7 +27,10 @@ pub struct App {
     pub(crate) calls: Arc<CallContext>,
     /// Counters for `/metrics`.
     pub(crate) metrics: Arc<Metrics>,
-    /// Flips to `true` when the proxy shuts down; call actors then cancel their upstream calls.
+    /// Flips to `true` when shutdown begins: readiness off, no new long-lived work, listen
+    /// streams end; parked calls may still be resumed.
+    pub(crate) draining: watch::Sender<bool>,
+    /// Flips to `true` when the drain is over; call actors then cancel their upstream calls.
     pub(crate) shutdown: watch::Sender<bool>,
 }
 
@@ -61,6 +65,7 @@ impl App {
             .unwrap_or_else(|| random_id(INSTANCE_ID_BYTES));
         let metrics = Arc::new(Metrics::default());
         let shutdown = watch::channel(false).0;
+        let draining = watch::channel(false).0;
         let calls = Arc::new(CallContext {
             pool: Arc::clone(&pool),
             parked: ParkedCalls::new(
@@ -71,6 +76,7 @@ impl App {
             tokens: TokenCodec::new(&secret, issuer, config.state_ttl),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
+            tasks: TaskTracker::new(),
             gather_window: config.gather_window,
             cache_ttl_ms: config.cache_ttl_ms,
             cache_scope: config.cache_scope,
@@ -80,8 +86,26 @@ impl App {
             pool,
             calls,
             metrics,
+            draining,
             shutdown,
         })
+    }
+
+    /// Starts the drain (see `server`): readiness goes off and no new call or listen stream is
+    /// taken.
+    pub(crate) fn begin_drain(&self) {
+        self.draining.send_replace(true);
+        self.calls.tasks.close();
+    }
+
+    /// Whether the drain has begun.
+    pub(crate) fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    /// Ends the drain: every open call cancels upstream and answers its client 503.
+    pub(crate) fn cancel_all(&self) {
+        self.shutdown.send_replace(true);
     }
 
     /// Calls parked right now.

@@ -33,6 +33,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use crate::config::CacheScope;
 use crate::error::ProxyError;
@@ -66,8 +67,10 @@ pub(crate) struct CallContext {
     pub(crate) tokens: TokenCodec,
     /// Counters.
     pub(crate) metrics: Arc<Metrics>,
-    /// Turns `true` when the proxy shuts down.
+    /// Turns `true` when the drain is over: open calls cancel upstream.
     pub(crate) shutdown: watch::Receiver<bool>,
+    /// Every call actor, so that shutdown can wait for their upstream cancellations.
+    pub(crate) tasks: TaskTracker,
     /// How long server requests are gathered into one round.
     pub(crate) gather_window: Duration,
     /// `ttlMs` for cacheable results (calls that had no round).
@@ -106,11 +109,24 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
         parking: None,
         lease: None,
         upstream: Upstream::Idle,
+        upstream_status: None,
         early_inbox: None,
         inbox_tx,
         inbox_rx,
     };
-    tokio::spawn(call.run());
+    call.ctx.tasks.clone().spawn(call.run());
+}
+
+impl CallContext {
+    /// Resolves once no call actor runs (after the tracker was closed by the drain).
+    pub(crate) async fn wait_idle(&self) {
+        self.tasks.wait().await;
+    }
+
+    /// Call actors running now (parked ones included).
+    pub(crate) fn open(&self) -> usize {
+        self.tasks.len()
+    }
 }
 
 /// Where the call is; see the module doc for the transitions.
@@ -122,6 +138,7 @@ enum Phase {
     Gathering { leg: Leg, until: Instant },
     /// A round was answered `input_required`; no exchange is open until a retry or `deadline`.
     Parked {
+        since: Instant,
         deadline: Instant,
         /// The upstream's final message, when it came while parked (sent on the next retry).
         held_final: Option<Message>,
@@ -169,6 +186,8 @@ struct Call {
     parking: Option<Parking>,
     lease: Option<Lease>,
     upstream: Upstream,
+    /// HTTP status of the upstream response that carried the final message (for the span).
+    upstream_status: Option<u16>,
     /// A GET-stream server request that arrived while the call waited for its response headers.
     early_inbox: Option<Bytes>,
     inbox_tx: mpsc::UnboundedSender<Bytes>,
@@ -201,7 +220,19 @@ impl Call {
         }
         while !matches!(self.phase, Phase::Done) {
             let event = self.next_event().await;
+            let parked_since = match self.phase {
+                Phase::Parked { since, .. } => Some(since),
+                _ => None,
+            };
             self.on_event(event).await;
+            if let Some(since) =
+                parked_since.filter(|_| !matches!(self.phase, Phase::Parked { .. }))
+            {
+                self.ctx.metrics.unparked(since.elapsed());
+            }
+        }
+        if self.spec.input_capable {
+            self.ctx.metrics.call_ended(self.rounds.opened());
         }
         self.turn_away_queued_retries().await;
     }
@@ -349,6 +380,9 @@ impl Call {
         };
         match msg.kind() {
             Ok(Kind::Response) if self.answers_our_request(&msg) => {
+                if let Upstream::InFlight { stream, .. } = &self.upstream {
+                    self.upstream_status = stream.status().map(|s| s.as_u16());
+                }
                 self.upstream = Upstream::Idle;
                 self.on_final(msg).await;
             }
@@ -428,7 +462,7 @@ impl Call {
         };
         let raw = msg.result.as_ref().map_or("{}", |r| r.get());
         let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
-        Outcome::result(jsonrpc::response_bytes(id, &result))
+        Outcome::result(jsonrpc::response_bytes(id, &result), self.upstream_status)
     }
 
     fn server_info(&self) -> Option<&Value> {

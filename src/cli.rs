@@ -1,5 +1,5 @@
 //! Command line: `mrtr-proxy [--config FILE] [--listen ADDR] [--upstream URL] [--state-ttl D]`,
-//! `mrtr-proxy check-config FILE`, `mrtr-proxy demo [--once]`.
+//! `mrtr-proxy check-config FILE`, `mrtr-proxy healthcheck [--url URL]`, `mrtr-proxy demo [--once]`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,6 +34,14 @@ pub enum Command {
     CheckConfig {
         /// The file to check.
         file: PathBuf,
+    },
+    /// Probe the running proxy's `/healthz` (the container HEALTHCHECK: distroless has no curl);
+    /// exit 0 when it answers 200. The address comes from `--url`, else from the config
+    /// (`admin.listen`, else `server.listen`; an unspecified IP means loopback).
+    Healthcheck {
+        /// Full URL to probe instead, e.g. `http://127.0.0.1:9090/readyz`.
+        #[arg(long)]
+        url: Option<String>,
     },
     /// Run a built-in legacy server behind the proxy and walk a modern client through it.
     Demo {

@@ -70,6 +70,15 @@ impl CacheScope {
     }
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured on a terminal).
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -85,8 +94,17 @@ pub struct Config {
     pub keepalive: Duration,
     /// Bound on simultaneous client connections.
     pub max_connections: usize,
-    /// How long shutdown waits for in-flight connections.
+    /// On shutdown, how long in-flight and parked calls get to finish or be resumed.
     pub shutdown_grace: Duration,
+    /// After the grace, how long calls still open get to cancel upstream (acknowledged) and
+    /// sessions to be DELETEd.
+    pub shutdown_cancel_timeout: Duration,
+    /// Separate address for `/healthz`, `/readyz`, `/metrics`; `None` serves them on `listen`.
+    pub admin_listen: Option<SocketAddr>,
+    /// Log line format.
+    pub log_format: LogFormat,
+    /// Log filter (`tracing` directives, e.g. `info` or `mrtr_proxy=debug`); `RUST_LOG` wins.
+    pub log_level: String,
     /// The legacy upstream's MCP endpoint.
     pub upstream: Uri,
     /// Protocol version the proxy asks for in `initialize`.
@@ -137,6 +155,28 @@ pub struct RawConfig {
     pub state: RawState,
     /// `[results]`
     pub results: RawResults,
+    /// `[admin]`
+    pub admin: RawAdmin,
+    /// `[log]`
+    pub log: RawLog,
+}
+
+/// `[admin]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawAdmin {
+    /// `listen`
+    pub listen: Option<String>,
+}
+
+/// `[log]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawLog {
+    /// `format`
+    pub format: Option<String>,
+    /// `level`
+    pub level: Option<String>,
 }
 
 /// `[server]` table.
@@ -157,6 +197,8 @@ pub struct RawServer {
     pub max_connections: Option<usize>,
     /// `shutdown_grace`
     pub shutdown_grace: Option<String>,
+    /// `shutdown_cancel_timeout`
+    pub shutdown_cancel_timeout: Option<String>,
 }
 
 /// `[upstream]` table.
@@ -250,9 +292,12 @@ impl Config {
         let upstream = parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?;
         let principal_header = principal_header(u.principal_header.as_deref())?;
         let default_roots = roots(u.default_roots)?;
+        let pool = Bounds::from_raw(p, &st)?;
         let state_secret = secret(st.secret)?;
         let cache_scope = cache_scope(r.cache_scope.as_deref())?;
         let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
+        let admin_listen = admin_listen(raw.admin.listen.as_deref())?;
+        let (log_format, log_level) = log(raw.log)?;
         Ok(Self {
             listen,
             mcp_path,
@@ -261,6 +306,14 @@ impl Config {
             keepalive: nonzero_dur("server.keepalive", s.keepalive.as_deref(), "15s")?,
             max_connections: positive("server.max_connections", s.max_connections, 1024)?,
             shutdown_grace: dur("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
+            shutdown_cancel_timeout: nonzero_dur(
+                "server.shutdown_cancel_timeout",
+                s.shutdown_cancel_timeout.as_deref(),
+                "5s",
+            )?,
+            admin_listen,
+            log_format,
+            log_level,
             upstream,
             upstream_protocol_version: u
                 .protocol_version
@@ -273,23 +326,15 @@ impl Config {
             )?,
             principal_header,
             default_roots,
-            max_sessions: positive("pool.max_sessions", p.max_sessions, 512)?,
-            session_idle: nonzero_dur("pool.idle_timeout", p.idle_timeout.as_deref(), "5m")?,
-            session_acquire_timeout: dur(
-                "pool.acquire_timeout",
-                p.acquire_timeout.as_deref(),
-                "10s",
-            )?,
+            max_sessions: pool.max_sessions,
+            session_idle: pool.session_idle,
+            session_acquire_timeout: pool.session_acquire_timeout,
             state_ttl,
             state_secret,
             instance_id: st.instance_id,
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
-            max_parked: positive("state.max_parked", st.max_parked, 500)?,
-            max_parked_per_principal: positive(
-                "state.max_parked_per_principal",
-                st.max_parked_per_principal,
-                100,
-            )?,
+            max_parked: pool.max_parked,
+            max_parked_per_principal: pool.max_parked_per_principal,
             cache_ttl_ms: r.ttl_ms.unwrap_or(0),
             cache_scope,
         })
@@ -328,6 +373,56 @@ fn principal_header(raw: Option<&str>) -> Result<http::HeaderName, ConfigError> 
     let name = raw.unwrap_or("authorization").to_ascii_lowercase();
     http::HeaderName::from_bytes(name.as_bytes())
         .map_err(|e| invalid("upstream.principal_header", e))
+}
+
+// `[pool]` and the parked-call bounds of `[state]`, validated.
+struct Bounds {
+    max_sessions: usize,
+    session_idle: Duration,
+    session_acquire_timeout: Duration,
+    max_parked: usize,
+    max_parked_per_principal: usize,
+}
+
+impl Bounds {
+    fn from_raw(p: RawPool, st: &RawState) -> Result<Self, ConfigError> {
+        Ok(Self {
+            max_parked: positive("state.max_parked", st.max_parked, 500)?,
+            max_parked_per_principal: positive(
+                "state.max_parked_per_principal",
+                st.max_parked_per_principal,
+                100,
+            )?,
+            max_sessions: positive("pool.max_sessions", p.max_sessions, 512)?,
+            session_idle: nonzero_dur("pool.idle_timeout", p.idle_timeout.as_deref(), "5m")?,
+            session_acquire_timeout: dur(
+                "pool.acquire_timeout",
+                p.acquire_timeout.as_deref(),
+                "10s",
+            )?,
+        })
+    }
+}
+
+fn admin_listen(raw: Option<&str>) -> Result<Option<SocketAddr>, ConfigError> {
+    raw.map(|a| a.parse().map_err(|e| invalid("admin.listen", e)))
+        .transpose()
+}
+
+fn log(raw: RawLog) -> Result<(LogFormat, String), ConfigError> {
+    let format = match raw.format.as_deref().unwrap_or("text") {
+        "text" => LogFormat::Text,
+        "json" => LogFormat::Json,
+        other => {
+            return Err(invalid(
+                "log.format",
+                format!("`{other}` is not text or json"),
+            ))
+        }
+    };
+    let level = raw.level.unwrap_or_else(|| "info".to_owned());
+    tracing_subscriber::EnvFilter::try_new(&level).map_err(|e| invalid("log.level", e))?;
+    Ok((format, level))
 }
 
 fn roots(raw: Vec<toml::Value>) -> Result<Vec<serde_json::Value>, ConfigError> {

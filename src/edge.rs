@@ -1,8 +1,10 @@
 //! The HTTP edge: every response the proxy itself builds. JSON answers, error answers (each
 //! failure logged here, once, at its side's level, in the request's span), plain-text admin
 //! answers, and the one SSE writer that call results and `subscriptions/listen` share (keep-alive
-//! comments, client-gone detection, the streaming headers). Relayed legacy traffic is not built
-//! here: it passes through `front::relay` untouched.
+//! comments, client-gone detection, the streaming headers). It also settles each request once:
+//! its metrics, the request span's `outcome`, `round`, `upstream.status`, `duration_ms`, and the
+//! access line (`mrtr_proxy::access`, at debug). Relayed legacy traffic is not built here: it
+//! passes through `front::relay` untouched.
 
 use std::future::Future;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use tracing::Instrument;
 use crate::body::{self, Body, ChannelBody};
 use crate::call::{LegEvent, Outcome};
 use crate::error::{Failure, ProxyError};
+use crate::metrics::{self, RequestTimer, UpstreamFailure};
 use crate::sse;
 
 /// SSE events buffered toward a slow client before the producer waits.
@@ -44,6 +47,68 @@ pub(crate) fn error(err: &ProxyError, id: Option<&RawValue>) -> Response<Body> {
     json(err.status(), err.extra_headers(), err.to_body_bytes(id))
 }
 
+/// [`error`], and the request settled as failed.
+pub(crate) fn fail(timer: RequestTimer, err: &ProxyError, id: Option<&RawValue>) -> Response<Body> {
+    let failure = Failure::of(err);
+    failure.log();
+    settle(timer, Settled::failed(&failure));
+    json(err.status(), err.extra_headers(), err.to_body_bytes(id))
+}
+
+/// How a request ended, as the edge records it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Settled {
+    pub(crate) outcome: metrics::Outcome,
+    pub(crate) round: Option<u32>,
+    pub(crate) upstream_status: Option<u16>,
+    pub(crate) upstream_failure: Option<UpstreamFailure>,
+}
+
+impl Settled {
+    /// Ended with `outcome`, nothing else known.
+    pub(crate) fn with(outcome: metrics::Outcome) -> Self {
+        Self {
+            outcome,
+            round: None,
+            upstream_status: None,
+            upstream_failure: None,
+        }
+    }
+
+    fn failed(f: &Failure) -> Self {
+        Self {
+            upstream_failure: f.upstream,
+            ..Self::with(f.outcome())
+        }
+    }
+
+    fn of(out: &Outcome) -> Self {
+        let mut s = match &out.failure {
+            Some(f) => Self::failed(f),
+            None if out.round.is_some() => Self::with(metrics::Outcome::InputRequired),
+            None => Self::with(metrics::Outcome::Complete),
+        };
+        s.round = out.round;
+        s.upstream_status = out.upstream_status;
+        s
+    }
+}
+
+/// Records how the request ended: metrics, the span's fields, one access line.
+pub(crate) fn settle(timer: RequestTimer, s: Settled) {
+    let elapsed = timer.finish(s.outcome, s.upstream_failure);
+    let span = tracing::Span::current();
+    span.record("outcome", s.outcome.as_str());
+    span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
+    if let Some(r) = s.round {
+        span.record("round", r);
+    }
+    if let Some(st) = s.upstream_status {
+        span.record("upstream.status", st);
+    }
+    tracing::debug!(target: "mrtr_proxy::access", "answered");
+}
+
 /// A short plain-text answer (admin routes).
 pub(crate) fn text(status: StatusCode, body: &'static str) -> Response<Body> {
     let mut r = Response::new(body::full(body));
@@ -64,51 +129,62 @@ pub(crate) fn empty(status: StatusCode) -> Response<Body> {
 pub(crate) async fn respond(
     mut rx: mpsc::Receiver<LegEvent>,
     keepalive: Duration,
+    timer: RequestTimer,
 ) -> Response<Body> {
     let first = match tokio::time::timeout(keepalive, rx.recv()).await {
-        Ok(Some(LegEvent::Done(out))) => return outcome(out),
+        Ok(Some(LegEvent::Done(out))) => return outcome(out, timer),
         Ok(Some(LegEvent::Message(m))) => Some(m),
         Ok(None) => {
-            return error(
-                &ProxyError::Internal("the call ended without an answer".into()),
-                None,
-            )
+            let err = ProxyError::Internal("the call ended without an answer".into());
+            return fail(timer, &err, None);
         }
         Err(_) => None,
     };
-    let (mut writer, resp) = SseWriter::open(keepalive);
-    let pump = async move {
-        if let Some(m) = first {
-            if writer.send(&m).await.is_err() {
-                return;
-            }
-        }
-        // Ends when the exchange is done or the client left; dropping `rx` then tells the actor.
-        while let Ok(Some(event)) = writer.pump(rx.recv()).await {
-            match event {
-                LegEvent::Message(m) => {
-                    if writer.send(&m).await.is_err() {
-                        return;
-                    }
-                }
-                LegEvent::Done(out) => {
-                    if let Some(f) = &out.failure {
-                        f.log();
-                    }
-                    let _ = writer.send(&out.body).await;
-                    return;
-                }
-            }
-        }
-    };
-    tokio::spawn(pump.instrument(tracing::Span::current()));
+    let (writer, resp) = SseWriter::open(keepalive);
+    tokio::spawn(stream_leg(writer, first, rx, timer).instrument(tracing::Span::current()));
     resp
 }
 
-fn outcome(out: Outcome) -> Response<Body> {
+// Streams the rest of an exchange; ends when it is done or the client left (dropping `rx` then
+// tells the actor).
+async fn stream_leg(
+    mut writer: SseWriter,
+    first: Option<Bytes>,
+    mut rx: mpsc::Receiver<LegEvent>,
+    timer: RequestTimer,
+) {
+    let cancelled = Settled::with(metrics::Outcome::Cancelled);
+    if let Some(m) = first {
+        if writer.send(&m).await.is_err() {
+            return settle(timer, cancelled);
+        }
+    }
+    loop {
+        match writer.pump(rx.recv()).await {
+            Ok(Some(LegEvent::Message(m))) => {
+                if writer.send(&m).await.is_err() {
+                    return settle(timer, cancelled);
+                }
+            }
+            Ok(Some(LegEvent::Done(out))) => {
+                if let Some(f) = &out.failure {
+                    f.log();
+                }
+                let settled = Settled::of(&out);
+                let _ = writer.send(&out.body).await;
+                return settle(timer, settled);
+            }
+            Ok(None) => return settle(timer, Settled::with(metrics::Outcome::ProxyError)),
+            Err(ClientGone) => return settle(timer, cancelled),
+        }
+    }
+}
+
+fn outcome(out: Outcome, timer: RequestTimer) -> Response<Body> {
     if let Some(f) = &out.failure {
         f.log();
     }
+    settle(timer, Settled::of(&out));
     json(out.status, out.headers, out.body)
 }
 

@@ -8,6 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::jsonrpc::{self, ErrorObject};
+use crate::metrics::{Outcome, UpstreamFailure};
 use crate::protocol::{self, MODERN_VERSION};
 use crate::state_token::TokenError;
 use crate::upstream::UpstreamError;
@@ -31,14 +32,30 @@ pub(crate) struct Failure {
     pub(crate) side: Side,
     /// The error's message.
     pub(crate) message: String,
+    /// What failed upstream, when the upstream did (for `mrtr_upstream_errors_total`).
+    pub(crate) upstream: Option<UpstreamFailure>,
 }
 
 impl Failure {
     /// The failure `err` describes.
     pub(crate) fn of(err: &ProxyError) -> Self {
+        let upstream = match err {
+            ProxyError::Upstream(e) => Some(upstream_kind(e)),
+            _ => None,
+        };
         Self {
             side: err.side(),
             message: err.to_string(),
+            upstream,
+        }
+    }
+
+    /// The request outcome this failure gives.
+    pub(crate) fn outcome(&self) -> Outcome {
+        match self.side {
+            Side::Client => Outcome::ClientError,
+            Side::Upstream => Outcome::UpstreamError,
+            Side::Internal => Outcome::ProxyError,
         }
     }
 
@@ -53,6 +70,20 @@ impl Failure {
                 tracing::warn!(side, error = %self.message, "request failed");
             }
         }
+    }
+}
+
+fn upstream_kind(e: &UpstreamError) -> UpstreamFailure {
+    match e {
+        UpstreamError::Connect(_) => UpstreamFailure::Connect,
+        UpstreamError::Timeout => UpstreamFailure::Timeout,
+        UpstreamError::Status(_) => UpstreamFailure::Status,
+        UpstreamError::Unauthorized { .. } => UpstreamFailure::Unauthorized,
+        UpstreamError::Protocol(_) => UpstreamFailure::Protocol,
+        UpstreamError::Busy(_) => UpstreamFailure::PoolBusy,
+        UpstreamError::SessionGone => UpstreamFailure::SessionGone,
+        UpstreamError::Closed => UpstreamFailure::Closed,
+        UpstreamError::Sse(_) => UpstreamFailure::Sse,
     }
 }
 

@@ -11,15 +11,16 @@ use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use serde_json::{Map, Value};
-use tracing::Instrument;
+use tokio::sync::mpsc;
+use tracing::{field, Instrument};
 
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::call::{self, CallSpec, Leg, Retry};
-use crate::edge;
+use crate::call::{self, CallSpec, Leg, LegEvent, Retry};
+use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
-use crate::metrics::Metrics;
+use crate::metrics::{self, Era, RequestTimer, TokenRejection};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 use crate::state_token::{principal_digest, request_digest, TokenError};
@@ -45,10 +46,24 @@ enum Classified {
     Notification,
 }
 
-/// Handles one request on the MCP path.
+/// Handles one request on the MCP path, inside its own span (filled in as the request goes).
 pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let span = tracing::info_span!(
+        "request",
+        rpc.method = field::Empty,
+        rpc.id = field::Empty,
+        outcome = field::Empty,
+        round = field::Empty,
+        upstream.status = field::Empty,
+        duration_ms = field::Empty,
+    );
+    handle_in_span(app, req).instrument(span).await
+}
+
+async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+    let mut timer = RequestTimer::start(&app.metrics);
     if !cors::origin_allowed(req.headers(), &app.config.allowed_origins) {
-        return edge::error(&ProxyError::Forbidden, None);
+        return edge::fail(timer, &ProxyError::Forbidden, None);
     }
     let origin = req.headers().get(header::ORIGIN).cloned();
     if *req.method() == Method::OPTIONS {
@@ -56,14 +71,14 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Bo
     }
     let has_session = req.headers().contains_key(SESSION_HEADER);
     let mut resp = match *req.method() {
-        Method::POST => post(app, req).await,
+        Method::POST => post(app, req, timer).await,
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
-            Metrics::inc(&app.metrics.legacy_requests);
-            relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed())).await
+            timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
+            relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed()), timer).await
         }
         _ => {
-            let mut r = edge::error(&ProxyError::MethodNotAllowed, None);
+            let mut r = edge::fail(timer, &ProxyError::MethodNotAllowed, None);
             r.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("POST"));
             r
@@ -75,22 +90,26 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Bo
     resp
 }
 
-async fn post(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+async fn post(app: Arc<App>, req: Request<Incoming>, mut timer: RequestTimer) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let limit = app.config.max_body_bytes;
     let bytes = match Limited::new(body, limit).collect().await {
         Ok(c) => c.to_bytes(),
-        Err(_) => return edge::error(&ProxyError::BodyTooLarge { limit }, None),
+        Err(_) => return edge::fail(timer, &ProxyError::BodyTooLarge { limit }, None),
     };
     match classify(&parts.headers, &bytes) {
-        Ok(Classified::Modern(msg)) => modern(app, &parts.headers, msg).await,
+        Ok(Classified::Modern(msg)) => modern(app, &parts.headers, msg, timer).await,
         Ok(Classified::Legacy) => {
-            Metrics::inc(&app.metrics.legacy_requests);
-            relay::relay(&app, Request::from_parts(parts, body::full(bytes))).await
+            timer.label(Era::Legacy, metrics::Method::HttpPost);
+            let req = Request::from_parts(parts, body::full(bytes));
+            relay::relay(&app, req, timer).await
         }
         // 2026-07-28 defines no client→server notifications over HTTP: accept and ignore.
-        Ok(Classified::Notification) => edge::empty(StatusCode::ACCEPTED),
-        Err(e) => edge::error(&e, None),
+        Ok(Classified::Notification) => {
+            edge::settle(timer, Settled::with(metrics::Outcome::Complete));
+            edge::empty(StatusCode::ACCEPTED)
+        }
+        Err(e) => edge::fail(timer, &e, None),
     }
 }
 
@@ -126,16 +145,23 @@ fn classify(headers: &HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError
     }
 }
 
-async fn modern(app: Arc<App>, headers: &HeaderMap, msg: Message) -> Response<Body> {
+async fn modern(
+    app: Arc<App>,
+    headers: &HeaderMap,
+    msg: Message,
+    mut timer: RequestTimer,
+) -> Response<Body> {
+    timer.label(Era::Modern, metrics::Method::of(msg.method()));
+    let span = tracing::Span::current();
+    span.record("rpc.method", msg.method());
     let id = msg.id.clone();
+    if let Some(id) = &id {
+        span.record("rpc.id", id.get());
+    }
     let request = match validate::validate(headers, msg) {
         Ok(r) => r,
-        Err(e) => {
-            Metrics::inc(&app.metrics.rejected_requests);
-            return edge::error(&e, id.as_deref());
-        }
+        Err(e) => return edge::fail(timer, &e, id.as_deref()),
     };
-    Metrics::inc(&app.metrics.modern_requests);
     let header = headers
         .get(&app.config.principal_header)
         .map(|v| (app.config.principal_header.clone(), v.clone()));
@@ -143,40 +169,61 @@ async fn modern(app: Arc<App>, headers: &HeaderMap, msg: Message) -> Response<Bo
         digest: principal_digest(header.as_ref().map(|(_, v)| v.as_bytes())),
         header,
     };
-    let span = tracing::debug_span!("rpc", method = %request.method, id = %request.id.get());
     let id = request.id.clone();
-    async move {
-        match route(&app, request, who).await {
-            Ok(resp) => resp,
-            Err(e) => edge::error(&e, Some(&id)),
+    match route(&app, request, who).await {
+        Ok(Routed::Answered(resp)) => {
+            edge::settle(timer, Settled::with(metrics::Outcome::Complete));
+            resp
+        }
+        Ok(Routed::Leg(rx)) => edge::respond(rx, app.config.keepalive, timer).await,
+        Err(e) => {
+            if request_had_state(&e) {
+                timer.metrics().token_rejected(rejection(&e));
+            }
+            edge::fail(timer, &e, Some(&id))
         }
     }
-    .instrument(span)
-    .await
 }
 
-async fn route(
-    app: &Arc<App>,
-    req: ModernRequest,
-    who: Principal,
-) -> Result<Response<Body>, ProxyError> {
+/// What routing gave: an answer now, or a leg the call actor answers on.
+enum Routed {
+    Answered(Response<Body>),
+    Leg(mpsc::Receiver<LegEvent>),
+}
+
+async fn route(app: &Arc<App>, req: ModernRequest, who: Principal) -> Result<Routed, ProxyError> {
+    let retry_of_parked = req.params.contains_key("requestState");
+    let long_lived = match req.route {
+        Route::Listen => true,
+        Route::Forward { input_capable } => input_capable && !retry_of_parked,
+        Route::Discover => false,
+    };
+    // Draining: work that could outlive the grace goes to another replica; retries still reach
+    // their parked calls here.
+    if long_lived && app.is_draining() {
+        return Err(ProxyError::Overloaded("the proxy is shutting down".into()));
+    }
     match req.route {
-        Route::Discover => discover(app, &req, who).await,
-        Route::Listen => listen::serve(app, req, who.digest, who.header).await,
+        Route::Discover => discover(app, &req, who).await.map(Routed::Answered),
+        Route::Listen => listen::serve(app, req, who.digest, who.header)
+            .await
+            .map(Routed::Answered),
         Route::Forward {
             input_capable: true,
-        } if req.params.contains_key("requestState") => retry(app, req, &who.digest).await,
-        Route::Forward { input_capable } => Ok(start_call(app, req, who, input_capable).await),
+        } if retry_of_parked => retry(app, req, &who.digest).await.map(Routed::Leg),
+        Route::Forward { input_capable } => {
+            Ok(Routed::Leg(start_call(app, req, who, input_capable)))
+        }
     }
 }
 
 /// A fresh call: the actor forwards it and answers on the leg.
-async fn start_call(
+fn start_call(
     app: &Arc<App>,
     req: ModernRequest,
     who: Principal,
     input_capable: bool,
-) -> Response<Body> {
+) -> mpsc::Receiver<LegEvent> {
     let (leg, rx) = open_leg(&req);
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
@@ -188,7 +235,7 @@ async fn start_call(
         auth: who.header,
     };
     call::spawn(Arc::clone(&app.calls), spec, leg);
-    edge::respond(rx, app.config.keepalive).await
+    rx
 }
 
 /// A retry: verify the token before anything else, then hand the answers to the parked call.
@@ -196,7 +243,7 @@ async fn retry(
     app: &Arc<App>,
     req: ModernRequest,
     principal: &str,
-) -> Result<Response<Body>, ProxyError> {
+) -> Result<mpsc::Receiver<LegEvent>, ProxyError> {
     let Some(Value::String(token)) = req.params.get("requestState") else {
         return Err(ProxyError::InvalidParams(
             "requestState must be a string".into(),
@@ -206,8 +253,7 @@ async fn retry(
     let digest = request_digest(&req.method, req.target(), req.arguments());
     let claims = calls
         .tokens
-        .verify(token, principal, &digest, calls.tokens.now())
-        .inspect_err(|_| Metrics::inc(&app.metrics.rejected_states))?;
+        .verify(token, principal, &digest, calls.tokens.now())?;
     let answers: Map<String, Value> = match req.params.get("inputResponses") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -217,19 +263,38 @@ async fn retry(
             ))
         }
     };
-    let tx = calls
-        .parked
-        .claim(&claims, &answers)
-        .inspect_err(|_| Metrics::inc(&app.metrics.rejected_states))?;
-    Metrics::inc(&app.metrics.resumes);
+    let tx = calls.parked.claim(&claims, &answers)?;
     let (leg, rx) = open_leg(&req);
     tx.send(Retry { answers, leg })
         .await
         .map_err(|_| TokenError::Gone("the call ended".into()))?;
-    Ok(edge::respond(rx, app.config.keepalive).await)
+    Ok(rx)
 }
 
-fn open_leg(req: &ModernRequest) -> (Leg, tokio::sync::mpsc::Receiver<call::LegEvent>) {
+// A failed retry: was it the requestState (or the answers beside it) that was refused?
+fn request_had_state(e: &ProxyError) -> bool {
+    match e {
+        ProxyError::State(_) => true,
+        ProxyError::InvalidParams(m) => {
+            m.starts_with("requestState") || m.starts_with("inputResponses")
+        }
+        _ => false,
+    }
+}
+
+fn rejection(e: &ProxyError) -> TokenRejection {
+    match e {
+        ProxyError::State(TokenError::Invalid) => TokenRejection::Invalid,
+        ProxyError::State(TokenError::Expired) => TokenRejection::Expired,
+        ProxyError::State(TokenError::WrongPrincipal) => TokenRejection::WrongPrincipal,
+        ProxyError::State(TokenError::WrongRequest) => TokenRejection::WrongRequest,
+        ProxyError::State(TokenError::AlreadyUsed) => TokenRejection::AlreadyUsed,
+        ProxyError::State(TokenError::Gone(_)) => TokenRejection::Gone,
+        _ => TokenRejection::Malformed,
+    }
+}
+
+fn open_leg(req: &ModernRequest) -> (Leg, mpsc::Receiver<LegEvent>) {
     Leg::open(
         req.id.clone(),
         req.progress_token.clone(),

@@ -3,6 +3,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::metrics::Capability;
+
 /// The three kinds of input a server may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum InputKind {
@@ -107,6 +109,22 @@ pub(crate) fn check_capability(
             .get("roots")
             .map(|_| ())
             .ok_or_else(|| json!({"roots": {}})),
+    }
+}
+
+/// The metrics label of a `requiredCapabilities` object made by [`check_capability`].
+pub(crate) fn missing_label(required: &Value) -> Capability {
+    if let Some(e) = required.get("elicitation") {
+        return if e.get("url").is_some() {
+            Capability::ElicitationUrl
+        } else {
+            Capability::ElicitationForm
+        };
+    }
+    match required.get("sampling") {
+        Some(s) if s.get("tools").is_some() => Capability::SamplingTools,
+        Some(_) => Capability::Sampling,
+        None => Capability::Roots,
     }
 }
 

@@ -46,6 +46,7 @@ pub mod demo;
 mod edge;
 mod error;
 mod front;
+pub mod healthcheck;
 mod input;
 mod jsonrpc;
 mod metrics;

@@ -6,7 +6,8 @@ use clap::Parser;
 use mrtr_proxy::app::App;
 use mrtr_proxy::cli::{Cli, Command};
 use mrtr_proxy::config::{self, Config};
-use mrtr_proxy::{demo, server, shutdown, telemetry};
+use mrtr_proxy::server::{self, Listeners};
+use mrtr_proxy::{demo, healthcheck, shutdown, telemetry};
 
 // Config errors exit with EX_USAGE so supervisors can tell them from crashes.
 const EXIT_CONFIG: u8 = 64;
@@ -14,18 +15,14 @@ const EXIT_CONFIG: u8 = 64;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    telemetry::init();
     if let Some(Command::CheckConfig { file }) = &cli.command {
-        return match load(Some(file)) {
-            Ok(_) => {
-                eprintln!("{}: ok", file.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("{}: {e}", file.display());
-                ExitCode::from(EXIT_CONFIG)
-            }
-        };
+        let verdict = load(Some(file)).map(|_| "ok".to_owned());
+        eprintln!(
+            "{}: {}",
+            file.display(),
+            verdict.as_deref().unwrap_or_else(|e| e)
+        );
+        return verdict.map_or(ExitCode::from(EXIT_CONFIG), |_| ExitCode::SUCCESS);
     }
     let config = match load(cli.config.as_ref()).and_then(|c| apply_flags(c, &cli)) {
         Ok(c) => c,
@@ -34,28 +31,65 @@ async fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if let Some(Command::Demo { once }) = cli.command {
-        return match demo::run(config, cli.listen, once, shutdown::signal()).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(_) => ExitCode::FAILURE,
-        };
-    }
-    let listener = match tokio::net::TcpListener::bind(config.listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("mrtr-proxy: cannot listen on {}: {e}", config.listen);
-            return ExitCode::FAILURE;
+    match cli.command {
+        Some(Command::Healthcheck { url }) => {
+            let url = url.unwrap_or_else(|| healthcheck::default_url(&config));
+            match healthcheck::probe(&url).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mrtr-proxy healthcheck: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
+        Some(Command::Demo { once }) => {
+            telemetry::init_with(config.log_format, &config.log_level);
+            match demo::run(config, cli.listen, once, shutdown::signal()).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            }
+        }
+        _ => serve(config).await,
+    }
+}
+
+async fn serve(config: Config) -> ExitCode {
+    telemetry::init_with(config.log_format, &config.log_level);
+    let bind = |addr| async move {
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| eprintln!("mrtr-proxy: cannot listen on {addr}: {e}"))
     };
-    let bound = listener
-        .local_addr()
-        .map_or_else(|_| config.listen.to_string(), |a| a.to_string());
-    // One plain line on stderr so supervisors and tests learn the bound port (listen on :0 works).
+    let Ok(main) = bind(config.listen).await else {
+        return ExitCode::FAILURE;
+    };
+    let admin = match config.admin_listen {
+        Some(addr) => match bind(addr).await {
+            Ok(l) => Some(l),
+            Err(()) => return ExitCode::FAILURE,
+        },
+        None => None,
+    };
+    let bound = |l: &tokio::net::TcpListener| {
+        l.local_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string())
+    };
+    // Plain lines on stderr so supervisors and tests learn the bound ports (listen on :0 works).
     eprintln!(
-        "mrtr-proxy listening on http://{bound}{} -> {}",
-        config.mcp_path, config.upstream
+        "mrtr-proxy listening on http://{}{} -> {}",
+        bound(&main),
+        config.mcp_path,
+        config.upstream
     );
-    server::run(listener, App::new(config), shutdown::signal()).await;
+    if let Some(a) = &admin {
+        eprintln!("mrtr-proxy admin on http://{}", bound(a));
+    }
+    server::serve(
+        Listeners { main, admin },
+        App::new(config),
+        shutdown::signal(),
+    )
+    .await;
     ExitCode::SUCCESS
 }
 

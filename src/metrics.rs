@@ -1,112 +1,497 @@
-//! A handful of counters, rendered as Prometheus text on `GET /metrics`. No ids, no paths.
+//! Metrics, exposed at `GET /metrics` in the OpenMetrics text format through `prometheus-client`
+//! (strict exposition: `# TYPE`/`# HELP`/`# UNIT`, `_total`, histogram buckets, `# EOF`). Every
+//! label is a bounded enum: never an id, a token, a principal or a raw path.
 
-use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-/// Process-wide counters (one instance in `App`).
-#[derive(Debug, Default)]
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+
+// A bounded label: an enum whose every value is a fixed string.
+macro_rules! label_values {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $label:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+        pub(crate) enum $name { $($(#[$vm])* $variant,)* }
+
+        impl $name {
+            /// The label value.
+            pub(crate) fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $label,)* }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// Which side of the proxy a request came in on.
+    Era {
+        /// A 2026-07-28 client.
+        Modern => "modern",
+        /// A legacy client, relayed.
+        Legacy => "legacy",
+    }
+}
+
+label_values! {
+    /// The method of a request, from a fixed list.
+    Method {
+        Discover => "server/discover",
+        Listen => "subscriptions/listen",
+        ToolsCall => "tools/call",
+        PromptsGet => "prompts/get",
+        ResourcesRead => "resources/read",
+        ToolsList => "tools/list",
+        PromptsList => "prompts/list",
+        ResourcesList => "resources/list",
+        ResourceTemplatesList => "resources/templates/list",
+        Complete => "completion/complete",
+        /// Any other method (unknown, removed) and requests that never parsed.
+        Other => "other",
+        /// A legacy client's POST (relayed without looking at the method).
+        HttpPost => "POST",
+        /// A legacy client's GET stream.
+        HttpGet => "GET",
+        /// A legacy client's DELETE.
+        HttpDelete => "DELETE",
+    }
+}
+
+label_values! {
+    /// How a request ended.
+    Outcome {
+        /// A result (`complete`, or a list, discover, an acknowledged listen stream).
+        Complete => "complete",
+        /// An `input_required` round.
+        InputRequired => "input_required",
+        /// The client left before the answer.
+        Cancelled => "cancelled",
+        /// Refused because of the request (4xx, or a JSON-RPC error the upstream answered).
+        ClientError => "client_error",
+        /// The upstream failed (502/504).
+        UpstreamError => "upstream_error",
+        /// The proxy failed or was at a limit (500/503).
+        ProxyError => "proxy_error",
+        /// Relayed for a legacy client (whatever the upstream answered).
+        Relayed => "relayed",
+    }
+}
+
+label_values! {
+    /// Why a requestState (or the answers beside it) was refused.
+    TokenRejection {
+        Invalid => "invalid",
+        Expired => "expired",
+        WrongPrincipal => "wrong_principal",
+        WrongRequest => "wrong_request",
+        AlreadyUsed => "already_used",
+        Gone => "gone",
+        /// `requestState` not a string, `inputResponses` not an object, or answers of the wrong shape.
+        Malformed => "malformed",
+    }
+}
+
+label_values! {
+    /// The capability a -32021 said was missing.
+    Capability {
+        ElicitationForm => "elicitation.form",
+        ElicitationUrl => "elicitation.url",
+        Sampling => "sampling",
+        SamplingTools => "sampling.tools",
+        Roots => "roots",
+    }
+}
+
+label_values! {
+    /// What went wrong talking to the upstream.
+    UpstreamFailure {
+        Connect => "connect",
+        Timeout => "timeout",
+        Status => "status",
+        Unauthorized => "unauthorized",
+        Protocol => "protocol",
+        SessionGone => "session_gone",
+        Closed => "closed",
+        Sse => "sse",
+        PoolBusy => "pool_busy",
+    }
+}
+
+label_values! {
+    /// Which way relayed bytes went.
+    Direction {
+        ToUpstream => "to_upstream",
+        ToClient => "to_client",
+    }
+}
+
+impl Method {
+    /// The label of a JSON-RPC method name.
+    pub(crate) fn of(method: &str) -> Self {
+        match method {
+            "server/discover" => Self::Discover,
+            "subscriptions/listen" => Self::Listen,
+            "tools/call" => Self::ToolsCall,
+            "prompts/get" => Self::PromptsGet,
+            "resources/read" => Self::ResourcesRead,
+            "tools/list" => Self::ToolsList,
+            "prompts/list" => Self::PromptsList,
+            "resources/list" => Self::ResourcesList,
+            "resources/templates/list" => Self::ResourceTemplatesList,
+            "completion/complete" => Self::Complete,
+            _ => Self::Other,
+        }
+    }
+
+    /// The label of a legacy client's HTTP method.
+    pub(crate) fn of_http(method: &http::Method) -> Self {
+        match *method {
+            http::Method::GET => Self::HttpGet,
+            http::Method::DELETE => Self::HttpDelete,
+            _ => Self::HttpPost,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    era: Era,
+    method: Method,
+    outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LatencyLabels {
+    era: Era,
+    method: Method,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: TokenRejection,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CapabilityLabel {
+    capability: Capability,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: UpstreamFailure,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DirectionLabel {
+    direction: Direction,
+}
+
+type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Gauges read from the proxy's state at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Snapshot {
+    /// Calls parked now.
+    pub(crate) parked: usize,
+    /// Upstream sessions open now (leased and idle).
+    pub(crate) sessions: usize,
+    /// Idle upstream sessions now.
+    pub(crate) idle_sessions: usize,
+    /// Requests waiting for a session now.
+    pub(crate) session_waiters: usize,
+}
+
+/// Every metric of the process (one instance in `App`).
+#[derive(Debug)]
 pub(crate) struct Metrics {
-    /// Modern requests accepted past validation.
-    pub(crate) modern_requests: AtomicU64,
-    /// Requests relayed for legacy clients.
-    pub(crate) legacy_requests: AtomicU64,
-    /// Requests rejected at validation (4xx).
-    pub(crate) rejected_requests: AtomicU64,
-    /// `input_required` results sent (rounds).
-    pub(crate) rounds: AtomicU64,
-    /// Input requests (keys) sent across all rounds.
-    pub(crate) input_requests: AtomicU64,
-    /// Retries that resumed a parked call.
-    pub(crate) resumes: AtomicU64,
-    /// requestStates refused.
-    pub(crate) rejected_states: AtomicU64,
-    /// Parked calls ended by their TTL.
-    pub(crate) expired: AtomicU64,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Histograms<LatencyLabels>,
+    rounds: Counter,
+    input_requests: Counter,
+    rounds_per_call: Histogram,
+    park_duration: Histogram,
+    resume_latency: Histogram,
+    expired: Counter,
+    token_rejections: Family<ReasonLabel, Counter>,
+    capability_rejections: Family<CapabilityLabel, Counter>,
+    upstream_errors: Family<KindLabel, Counter>,
+    bytes_relayed: Family<DirectionLabel, Counter>,
+    parked: Gauge,
+    sessions: Gauge,
+    idle_sessions: Gauge,
+    session_waiters: Gauge,
+}
+
+// 0.5 ms … ~65 s: a hop, a round, a slow tool.
+fn latency_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 18))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl Metrics {
-    /// Adds one to a counter.
-    pub(crate) fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    /// Every metric, registered under the `mrtr` prefix.
+    pub(crate) fn new() -> Self {
+        let mut m = Self {
+            registry: Registry::with_prefix("mrtr"),
+            requests: Family::default(),
+            latency: Family::new_with_constructor(latency_histogram),
+            rounds: Counter::default(),
+            input_requests: Counter::default(),
+            rounds_per_call: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0]),
+            // 10 ms … ~5.8 h (the TTL bounds it).
+            park_duration: Histogram::new(exponential_buckets(0.01, 4.0, 12)),
+            resume_latency: latency_histogram(),
+            expired: Counter::default(),
+            token_rejections: Family::default(),
+            capability_rejections: Family::default(),
+            upstream_errors: Family::default(),
+            bytes_relayed: Family::default(),
+            parked: Gauge::default(),
+            sessions: Gauge::default(),
+            idle_sessions: Gauge::default(),
+            session_waiters: Gauge::default(),
+        };
+        m.register();
+        m
+    }
+
+    fn register(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "requests",
+            "Requests answered, by era, method and outcome",
+            self.requests.clone(),
+        );
+        r.register_with_unit("request_duration", "Time from a request to its last answered message (modern) or its response head (legacy relay)", Unit::Seconds, self.latency.clone());
+        r.register("rounds", "input_required results sent", self.rounds.clone());
+        r.register(
+            "input_requests",
+            "Input requests (keys) sent across all rounds",
+            self.input_requests.clone(),
+        );
+        r.register(
+            "rounds_per_call",
+            "Rounds an input-capable call went through before it ended",
+            self.rounds_per_call.clone(),
+        );
+        self.register_state();
+    }
+
+    fn register_state(&mut self) {
+        let r = &mut self.registry;
+        r.register_with_unit(
+            "park_duration",
+            "Time a call stayed parked before its retry, expiry or shutdown",
+            Unit::Seconds,
+            self.park_duration.clone(),
+        );
+        r.register_with_unit(
+            "resume_latency",
+            "Time from a claimed retry to its answers acknowledged by the upstream",
+            Unit::Seconds,
+            self.resume_latency.clone(),
+        );
+        r.register(
+            "expired_calls",
+            "Parked calls ended by their TTL",
+            self.expired.clone(),
+        );
+        r.register(
+            "token_rejections",
+            "Retries refused, by reason",
+            self.token_rejections.clone(),
+        );
+        r.register(
+            "capability_rejections",
+            "Calls refused with -32021, by the capability missing",
+            self.capability_rejections.clone(),
+        );
+        r.register(
+            "upstream_errors",
+            "Failures talking to the upstream, by kind",
+            self.upstream_errors.clone(),
+        );
+        r.register_with_unit(
+            "relayed",
+            "Body bytes relayed for legacy clients, by direction",
+            Unit::Bytes,
+            self.bytes_relayed.clone(),
+        );
+        r.register("parked_calls", "Calls parked now", self.parked.clone());
+        r.register(
+            "upstream_sessions",
+            "Upstream sessions open now (leased and idle)",
+            self.sessions.clone(),
+        );
+        r.register(
+            "idle_sessions",
+            "Idle upstream sessions now",
+            self.idle_sessions.clone(),
+        );
+        r.register(
+            "session_waiters",
+            "Requests waiting for an upstream session now (pool full)",
+            self.session_waiters.clone(),
+        );
+    }
+
+    /// A request ended with `outcome` after `elapsed`.
+    pub(crate) fn request(&self, era: Era, method: Method, outcome: Outcome, elapsed: Duration) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                era,
+                method,
+                outcome,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&LatencyLabels { era, method })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// An `input_required` round with `keys` input requests was sent.
     pub(crate) fn round_sent(&self, keys: usize) {
-        Self::inc(&self.rounds);
-        self.input_requests
-            .fetch_add(keys as u64, Ordering::Relaxed);
+        self.rounds.inc();
+        self.input_requests.inc_by(keys as u64);
+    }
+
+    /// An input-capable call ended after `rounds` rounds.
+    pub(crate) fn call_ended(&self, rounds: u32) {
+        self.rounds_per_call.observe(f64::from(rounds));
+    }
+
+    /// A call left the parked phase after `parked`.
+    pub(crate) fn unparked(&self, parked: Duration) {
+        self.park_duration.observe(parked.as_secs_f64());
+    }
+
+    /// A retry's answers reached the upstream `elapsed` after the retry was claimed.
+    pub(crate) fn resumed(&self, elapsed: Duration) {
+        self.resume_latency.observe(elapsed.as_secs_f64());
     }
 
     /// A parked call reached its deadline.
     pub(crate) fn call_expired(&self) {
-        Self::inc(&self.expired);
+        self.expired.inc();
     }
 
-    /// Prometheus text exposition; `parked`, `idle_sessions` and `session_waiters` are gauges read
-    /// by the caller.
-    pub(crate) fn render(
-        &self,
-        parked: usize,
-        idle_sessions: usize,
-        session_waiters: usize,
-    ) -> String {
+    /// A retry was refused for `reason`.
+    pub(crate) fn token_rejected(&self, reason: TokenRejection) {
+        self.token_rejections
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// A call was refused with -32021 for lack of `capability`.
+    pub(crate) fn capability_rejected(&self, capability: Capability) {
+        self.capability_rejections
+            .get_or_create(&CapabilityLabel { capability })
+            .inc();
+    }
+
+    /// Talking to the upstream failed with `kind`.
+    pub(crate) fn upstream_failed(&self, kind: UpstreamFailure) {
+        self.upstream_errors
+            .get_or_create(&KindLabel { kind })
+            .inc();
+    }
+
+    /// `n` body bytes were relayed for a legacy client.
+    pub(crate) fn relayed(&self, direction: Direction, n: usize) {
+        self.bytes_relayed
+            .get_or_create(&DirectionLabel { direction })
+            .inc_by(n as u64);
+    }
+
+    /// The exposition, with gauges set from `now`.
+    pub(crate) fn render(&self, now: Snapshot) -> String {
+        let set = |g: &Gauge, v: usize| g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        set(&self.parked, now.parked);
+        set(&self.sessions, now.sessions);
+        set(&self.idle_sessions, now.idle_sessions);
+        set(&self.session_waiters, now.session_waiters);
         let mut out = String::new();
-        for (name, help, c) in self.counters() {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                c.load(Ordering::Relaxed)
-            );
-        }
-        let _ = writeln!(out, "# HELP mrtr_parked_calls Calls parked now\n# TYPE mrtr_parked_calls gauge\nmrtr_parked_calls {parked}");
-        let _ = writeln!(out, "# HELP mrtr_idle_sessions Idle upstream sessions\n# TYPE mrtr_idle_sessions gauge\nmrtr_idle_sessions {idle_sessions}");
-        let _ = writeln!(out, "# HELP mrtr_session_waiters Requests waiting for an upstream session (pool full)\n# TYPE mrtr_session_waiters gauge\nmrtr_session_waiters {session_waiters}");
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
     }
+}
 
-    fn counters(&self) -> [(&'static str, &'static str, &AtomicU64); 8] {
-        [
-            (
-                "mrtr_modern_requests_total",
-                "Modern requests accepted",
-                &self.modern_requests,
-            ),
-            (
-                "mrtr_legacy_requests_total",
-                "Legacy requests relayed",
-                &self.legacy_requests,
-            ),
-            (
-                "mrtr_rejected_requests_total",
-                "Requests rejected at validation",
-                &self.rejected_requests,
-            ),
-            (
-                "mrtr_rounds_total",
-                "input_required results sent",
-                &self.rounds,
-            ),
-            (
-                "mrtr_input_requests_total",
-                "Input requests sent in rounds",
-                &self.input_requests,
-            ),
-            (
-                "mrtr_resumes_total",
-                "Retries that resumed a parked call",
-                &self.resumes,
-            ),
-            (
-                "mrtr_rejected_states_total",
-                "requestStates refused",
-                &self.rejected_states,
-            ),
-            (
-                "mrtr_expired_calls_total",
-                "Parked calls ended by their TTL",
-                &self.expired,
-            ),
-        ]
+/// Times one request and records it once: when it ends, or as `cancelled` when dropped first
+/// (the client went away and hyper dropped the request's future).
+#[derive(Debug)]
+pub(crate) struct RequestTimer {
+    metrics: Arc<Metrics>,
+    era: Era,
+    method: Method,
+    start: Instant,
+    recorded: bool,
+}
+
+impl RequestTimer {
+    /// Starts timing a request (a modern one of unknown method until told otherwise).
+    pub(crate) fn start(metrics: &Arc<Metrics>) -> Self {
+        Self {
+            metrics: Arc::clone(metrics),
+            era: Era::Modern,
+            method: Method::Other,
+            start: Instant::now(),
+            recorded: false,
+        }
+    }
+
+    /// Names the request once its era and method are known.
+    pub(crate) fn label(&mut self, era: Era, method: Method) {
+        self.era = era;
+        self.method = method;
+    }
+
+    /// The metrics the request is recorded in.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Records the request's end; returns how long it took.
+    pub(crate) fn finish(
+        mut self,
+        outcome: Outcome,
+        upstream: Option<UpstreamFailure>,
+    ) -> Duration {
+        self.recorded = true;
+        let elapsed = self.start.elapsed();
+        self.metrics
+            .request(self.era, self.method, outcome, elapsed);
+        if let Some(kind) = upstream {
+            self.metrics.upstream_failed(kind);
+        }
+        elapsed
+    }
+}
+
+impl Drop for RequestTimer {
+    fn drop(&mut self) {
+        if !self.recorded {
+            let elapsed = self.start.elapsed();
+            self.metrics
+                .request(self.era, self.method, Outcome::Cancelled, elapsed);
+        }
     }
 }
 
@@ -115,13 +500,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_counters_and_gauges() {
-        let m = Metrics::default();
-        Metrics::inc(&m.rounds);
-        let text = m.render(2, 3, 4);
-        assert!(text.contains("mrtr_rounds_total 1\n"));
+    fn renders_strict_openmetrics_with_bounded_labels() {
+        let m = Metrics::new();
+        m.round_sent(3);
+        m.request(
+            Era::Modern,
+            Method::of("tools/call"),
+            Outcome::InputRequired,
+            Duration::from_millis(2),
+        );
+        m.request(
+            Era::Modern,
+            Method::of("a/made-up/method"),
+            Outcome::ClientError,
+            Duration::from_millis(1),
+        );
+        m.token_rejected(TokenRejection::Expired);
+        let text = m.render(Snapshot {
+            parked: 2,
+            sessions: 5,
+            idle_sessions: 3,
+            session_waiters: 4,
+        });
+        assert!(text.contains("mrtr_rounds_total 1\n"), "{text}");
+        assert!(text.contains("mrtr_input_requests_total 3\n"));
         assert!(text.contains("mrtr_parked_calls 2\n"));
+        assert!(text.contains("mrtr_upstream_sessions 5\n"));
         assert!(text.contains("mrtr_idle_sessions 3\n"));
         assert!(text.contains("mrtr_session_waiters 4\n"));
+        assert!(text.contains(
+            r#"mrtr_requests_total{era="modern",method="tools/call",outcome="input_required"} 1"#
+        ));
+        assert!(
+            text.contains(r#"method="other""#),
+            "unknown methods collapse"
+        );
+        assert!(!text.contains("made-up"));
+        assert!(text.contains(r#"mrtr_token_rejections_total{reason="expired"} 1"#));
+        assert!(text.contains("# TYPE mrtr_request_duration_seconds histogram"));
+        assert!(text.ends_with("# EOF\n"));
     }
 }

@@ -1,9 +1,24 @@
-//! Listener, accept loop, admin routes and graceful shutdown. Serves an [`App`]; the request
-//! path itself is `front`.
+//! Listeners, accept loops, admin routes and the shutdown sequence. Serves an [`App`]; the
+//! request path itself is `front`.
+//!
+//! Shutdown (the `shutdown` future resolves, e.g. on SIGTERM) loses nothing it can keep:
+//! ```text
+//! drain    readiness 503 at once; new input-capable calls and listen streams refused (503 +
+//!          Retry-After); listen streams end; retries, lists and in-flight calls are served, and
+//!          the listener stays open so retries reach their parked calls — until no call is left
+//!          and no request has come for `DRAIN_QUIET` (a client's follow-up right after its
+//!          result still lands), or `server.shutdown_grace` passes
+//! cancel   the listener closes; calls still open cancel upstream (cancel answers to pending
+//!          server requests, then notifications/cancelled, each acknowledged by the upstream) and
+//!          answer their client 503 — within `server.shutdown_cancel_timeout`
+//! close    connections finish their last answers; every upstream session is DELETEd
+//! ```
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::sync::Arc;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
@@ -14,94 +29,308 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
 use crate::app::App;
 use crate::body::{full, Body};
+use crate::metrics::Snapshot;
 use crate::{edge, front};
 
-/// Serves `listener` until `shutdown` resolves, then drains for at most the grace period.
+/// How long connections get, after the cancel phase, to deliver their last answers.
+const CONNECTION_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The exposition format of `/metrics`.
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The drain ends early only after this long with no call open and no request seen.
+const DRAIN_QUIET: Duration = Duration::from_millis(250);
+
+/// The sockets to serve: the MCP endpoint, and optionally a separate admin one.
+#[derive(Debug)]
+pub struct Listeners {
+    /// The MCP endpoint (and, without `admin`, the admin routes too).
+    pub main: TcpListener,
+    /// `/healthz`, `/readyz`, `/metrics` only (`[admin] listen`).
+    pub admin: Option<TcpListener>,
+}
+
+/// Requests on the main listener: how many are being answered, and when the last one started or
+/// was answered (the drain waits for a quiet moment).
+#[derive(Debug)]
+struct Activity {
+    in_flight: AtomicUsize,
+    last: Mutex<Instant>,
+}
+
+struct InFlight<'a>(&'a Activity);
+
+impl Activity {
+    fn new() -> Self {
+        Self {
+            in_flight: AtomicUsize::new(0),
+            last: Mutex::new(Instant::now()),
+        }
+    }
+
+    fn begin(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.touch();
+        InFlight(self)
+    }
+
+    fn touch(&self) {
+        if let Ok(mut t) = self.last.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    /// When the main listener went quiet; `None` while a request is being answered.
+    fn quiet_since(&self) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        self.last.lock().ok().map(|t| *t)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Routes {
+    /// The MCP endpoint, `/.well-known/`, and the admin routes unless they have their own socket.
+    Main {
+        with_admin: bool,
+    },
+    Admin,
+}
+
+/// Serves `listener` (MCP and admin routes) until `shutdown` resolves, then shuts down as the
+/// module doc says.
 pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Output = ()>) {
+    let listeners = Listeners {
+        main: listener,
+        admin: None,
+    };
+    serve(listeners, app, shutdown).await;
+}
+
+/// Serves `listeners` until `shutdown` resolves, then shuts down as the module doc says.
+pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     let conns = Arc::new(Semaphore::new(app.config.max_connections));
     let background = tokio::spawn(background(Arc::clone(&app)));
-    tokio::pin!(shutdown);
-    loop {
-        let permit = tokio::select! {
-            p = Arc::clone(&conns).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            () = &mut shutdown => break,
-        };
-        let (stream, peer) = tokio::select! {
-            r = listener.accept() => match r {
-                Ok(x) => x,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    continue;
-                }
+    let activity = Arc::new(Activity::new());
+    let main = Routes::Main {
+        with_admin: listeners.admin.is_none(),
+    };
+    // Probes keep their answers (readiness 503 during the drain) until the process exits.
+    let admin = listeners.admin.map(|l| {
+        let app = Arc::clone(&app);
+        let conns = Arc::clone(&conns);
+        let idle = Arc::new(Activity::new());
+        tokio::spawn(async move { accept(&l, &app, &idle, None, &conns, Routes::Admin).await })
+    });
+    let serving = accept(
+        &listeners.main,
+        &app,
+        &activity,
+        Some(&graceful),
+        &conns,
+        main,
+    );
+    tokio::select! {
+        () = serving => {}
+        () = shutdown => {}
+    }
+    // Reaping and readiness probing end here: the shutdown closes every session itself.
+    background.abort();
+    let serving = Serving {
+        listener: listeners.main,
+        app,
+        activity,
+        graceful,
+        conns,
+        routes: main,
+    };
+    serving.shut_down().await;
+    if let Some(a) = admin {
+        a.abort();
+    }
+}
+
+/// The main listener being served, taken through the shutdown sequence.
+struct Serving {
+    listener: TcpListener,
+    app: Arc<App>,
+    activity: Arc<Activity>,
+    graceful: GracefulShutdown,
+    conns: Arc<Semaphore>,
+    routes: Routes,
+}
+
+impl Serving {
+    async fn shut_down(self) {
+        let Self {
+            listener,
+            app,
+            activity,
+            graceful,
+            conns,
+            routes,
+        } = self;
+        tracing::info!("shutting down: draining");
+        app.begin_drain();
+        let grace = app.config.shutdown_grace;
+        let serving = accept(&listener, &app, &activity, Some(&graceful), &conns, routes);
+        tokio::select! {
+            () = serving => {}
+            drained = drain(&app, &activity, grace) => if !drained {
+                tracing::warn!(open_calls = app.calls.open(), ?grace, "shutdown grace elapsed with calls still open: cancelling them upstream");
             },
-            () = &mut shutdown => break,
+        }
+        drop(listener);
+        app.cancel_all();
+        let cancel = app.config.shutdown_cancel_timeout;
+        if tokio::time::timeout(cancel, app.calls.wait_idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open_calls = app.calls.open(),
+                "calls did not finish cancelling in time"
+            );
+        }
+        let _ = tokio::time::timeout(CONNECTION_CLOSE_TIMEOUT, graceful.shutdown()).await;
+        app.pool.close_all(cancel).await;
+        tracing::info!("shut down");
+    }
+}
+
+// True once no call is open and the listener has been quiet for `DRAIN_QUIET`; false when the
+// grace ran out first.
+async fn drain(app: &App, activity: &Activity, grace: Duration) -> bool {
+    let deadline = Instant::now() + grace;
+    loop {
+        if tokio::time::timeout_at(deadline, app.calls.wait_idle())
+            .await
+            .is_err()
+        {
+            return false;
+        }
+        let next_look = match activity.quiet_since() {
+            Some(t) if t.elapsed() >= DRAIN_QUIET => return true,
+            Some(t) => t + DRAIN_QUIET,
+            None => Instant::now() + DRAIN_QUIET,
+        };
+        if next_look >= deadline {
+            tokio::time::sleep_until(deadline).await;
+            return app.calls.open() == 0 && activity.quiet_since().is_some();
+        }
+        tokio::time::sleep_until(next_look).await;
+    }
+}
+
+// Accepts connections forever (each bounded by a permit), serving `routes` on each.
+async fn accept(
+    listener: &TcpListener,
+    app: &Arc<App>,
+    activity: &Arc<Activity>,
+    graceful: Option<&GracefulShutdown>,
+    conns: &Arc<Semaphore>,
+    routes: Routes,
+) {
+    loop {
+        let Ok(permit) = Arc::clone(conns).acquire_owned().await else {
+            return;
+        };
+        let (stream, peer) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
         };
         // SSE events are small writes; Nagle would hold them back behind delayed ACKs.
         let _ = stream.set_nodelay(true);
-        let app = Arc::clone(&app);
+        let app = Arc::clone(app);
+        let activity = Arc::clone(activity);
         let svc = service_fn(move |req| {
             let app = Arc::clone(&app);
-            async move { Ok::<_, Infallible>(route(app, req).await) }
+            let activity = Arc::clone(&activity);
+            async move {
+                let _in_flight = activity.begin();
+                Ok::<_, Infallible>(route(app, req, routes).await)
+            }
         });
         let builder = auto::Builder::new(TokioExecutor::new());
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn.into_owned());
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .into_owned();
+        match graceful {
+            Some(g) => {
+                tokio::spawn(finish(g.watch(conn), peer, permit));
             }
-            drop(permit);
-        });
+            None => {
+                tokio::spawn(finish(conn, peer, permit));
+            }
+        }
     }
-    drop(listener);
-    background.abort();
-    // Parked and running calls answer their clients (503) and cancel upstream; then connections
-    // drain and idle sessions are closed, all within the grace period.
-    app.shutdown.send_replace(true);
-    let grace = app.config.shutdown_grace;
-    let drain = async {
-        graceful.shutdown().await;
-        app.calls.parked.wait_empty().await;
-    };
-    if tokio::time::timeout(grace, drain).await.is_err() {
-        tracing::warn!(
-            ?grace,
-            "shutdown grace period elapsed with calls still open"
-        );
-    }
-    app.pool.close_all().await;
 }
 
-async fn route(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
+async fn finish<E: std::fmt::Display>(
+    conn: impl Future<Output = Result<(), E>>,
+    peer: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    if let Err(e) = conn.await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+    drop(permit);
+}
+
+async fn route(app: Arc<App>, req: Request<Incoming>, routes: Routes) -> Response<Body> {
     let path = req.uri().path();
-    if path == app.config.mcp_path {
-        return front::handle(app, req).await;
+    if let Routes::Main { with_admin } = routes {
+        if path == app.config.mcp_path {
+            return front::handle(app, req).await;
+        }
+        if req.method() == Method::GET && path.starts_with("/.well-known/") {
+            use http_body_util::BodyExt;
+            let req = req.map(|b| b.map_err(Into::into).boxed());
+            return front::relay_same_path(&app, req).await;
+        }
+        if !with_admin {
+            return edge::text(StatusCode::NOT_FOUND, "not found\n");
+        }
     }
-    if req.method() == Method::GET && path.starts_with("/.well-known/") {
-        use http_body_util::BodyExt;
-        let req = req.map(|b| b.map_err(Into::into).boxed());
-        return front::relay_same_path(&app, req).await;
-    }
-    match (req.method(), path) {
+    admin(&app, req.method(), path)
+}
+
+fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
+    match (method, path) {
         (&Method::GET, "/healthz") => edge::text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") if app.is_draining() => {
+            edge::text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        }
         (&Method::GET, "/readyz") if app.pool.is_ready() => edge::text(StatusCode::OK, "ready\n"),
         (&Method::GET, "/readyz") => edge::text(
             StatusCode::SERVICE_UNAVAILABLE,
             "upstream not initialized yet\n",
         ),
         (&Method::GET, "/metrics") => {
-            let mut r = Response::new(full(app.metrics.render(
-                app.parked_calls(),
-                app.idle_sessions(),
-                app.session_waiters(),
-            )));
+            let now = Snapshot {
+                parked: app.parked_calls(),
+                sessions: app.pool.open_sessions(),
+                idle_sessions: app.idle_sessions(),
+                session_waiters: app.session_waiters(),
+            };
+            let mut r = Response::new(full(app.metrics.render(now)));
             r.headers_mut().insert(
                 http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/plain; version=0.0.4"),
+                http::HeaderValue::from_static(OPENMETRICS),
             );
             r
         }

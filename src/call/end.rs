@@ -19,7 +19,11 @@ impl Call {
             return self.fail_on(leg, err).await;
         }
         // No exchange to carry it: this is the failure's one log line.
-        Failure::of(&err).log();
+        let failure = Failure::of(&err);
+        failure.log();
+        if let Some(kind) = failure.upstream {
+            self.ctx.metrics.upstream_failed(kind);
+        }
         if let Some(p) = &mut self.parking {
             p.guard.retire(format!("the upstream call failed ({err})"));
         }

@@ -45,16 +45,30 @@ pub(crate) struct Outcome {
     pub(crate) headers: HeaderMap,
     /// Why the exchange failed, logged once by the edge; `None` for a result.
     pub(crate) failure: Option<Failure>,
+    /// The round number, when this is an `input_required` round.
+    pub(crate) round: Option<u32>,
+    /// The HTTP status of the upstream response that carried the final message, if any.
+    pub(crate) upstream_status: Option<u16>,
 }
 
 impl Outcome {
-    /// A result (or an `input_required` round) for the client.
-    pub(crate) fn result(body: Vec<u8>) -> Self {
+    /// A result for the client, carried by an upstream response of `upstream_status`.
+    pub(crate) fn result(body: Vec<u8>, upstream_status: Option<u16>) -> Self {
         Self {
             status: StatusCode::OK,
             body: Bytes::from(body),
             headers: HeaderMap::new(),
             failure: None,
+            round: None,
+            upstream_status,
+        }
+    }
+
+    /// Round `number`'s `input_required` result.
+    pub(crate) fn round(body: Vec<u8>, number: u32) -> Self {
+        Self {
+            round: Some(number),
+            ..Self::result(body, None)
         }
     }
 
@@ -65,6 +79,8 @@ impl Outcome {
             body: err.to_body_bytes(Some(id)),
             headers: err.extra_headers(),
             failure: Some(Failure::of(err)),
+            round: None,
+            upstream_status: None,
         }
     }
 }

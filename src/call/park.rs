@@ -64,6 +64,9 @@ impl Call {
         }
         self.cancel_upstream("the client lacks a required capability")
             .await;
+        self.ctx
+            .metrics
+            .capability_rejected(input::missing_label(&required));
         self.fail(ProxyError::MissingCapability { required }).await;
     }
 
@@ -100,8 +103,9 @@ impl Call {
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
         let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
-        leg.finish(Outcome::result(body)).await;
+        leg.finish(Outcome::round(body, round.number)).await;
         self.phase = Phase::Parked {
+            since: Instant::now(),
             deadline,
             held_final: None,
         };
@@ -128,6 +132,7 @@ impl Call {
     /// A retry whose token the front verified and the registry claimed: deliver its answers,
     /// then run on (every key answered) or ask again for the missing keys.
     pub(super) async fn on_retry(&mut self, retry: Retry) {
+        let claimed = Instant::now();
         let held = match std::mem::replace(&mut self.phase, Phase::Resuming(retry.leg)) {
             Phase::Parked { held_final, .. } => held_final,
             _ => None,
@@ -151,6 +156,7 @@ impl Call {
                 return self.fail(e).await;
             }
         }
+        self.ctx.metrics.resumed(claimed.elapsed());
         let Some(leg) = self.take_leg() else { return };
         if self.rounds.has_pending() {
             // Keys still unanswered: ask again for just those, same parked call, fresh token.

@@ -36,7 +36,6 @@ pub(crate) struct ParkedCalls {
     max_total: usize,
     max_per_principal: usize,
     tombstone_ttl: Duration,
-    emptied: tokio::sync::Notify,
 }
 
 #[derive(Debug)]
@@ -84,18 +83,12 @@ impl ParkedCalls {
             max_total,
             max_per_principal,
             tombstone_ttl,
-            emptied: tokio::sync::Notify::new(),
         })
     }
 
     /// Parked calls right now.
     pub(crate) fn len(&self) -> usize {
         self.total.load(Ordering::Relaxed)
-    }
-
-    /// True when nothing is parked.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Registers a parked call under `handle`.
@@ -180,17 +173,6 @@ impl ParkedCalls {
         Ok(entry.tx.clone())
     }
 
-    /// Resolves once nothing is parked.
-    pub(crate) async fn wait_empty(&self) {
-        loop {
-            let emptied = self.emptied.notified();
-            if self.is_empty() {
-                return;
-            }
-            emptied.await;
-        }
-    }
-
     /// Drops tombstones older than their TTL.
     pub(crate) fn sweep(&self) {
         let now = Instant::now();
@@ -238,9 +220,7 @@ impl ParkGuard {
             },
         );
         self.retired = Some(reason);
-        if self.calls.total.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.calls.emptied.notify_waiters();
-        }
+        self.calls.total.fetch_sub(1, Ordering::AcqRel);
         let principal = &self.entry.principal;
         let empty = match self.calls.per_principal.get_mut(principal) {
             Some(mut n) => {

@@ -98,6 +98,11 @@ impl Rounds {
         self.opened > 0
     }
 
+    /// Rounds opened so far.
+    pub(super) fn opened(&self) -> u32 {
+        self.opened
+    }
+
     /// Opens the next round over everything pending (keys asked again keep their names).
     pub(super) fn open(&mut self) -> Round {
         self.opened += 1;

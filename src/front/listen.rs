@@ -81,7 +81,7 @@ pub(super) async fn serve(
         events: app.pool.subscribe_changes(),
         _pin: session.pin_listener(),
         session,
-        shutdown: app.calls.shutdown.clone(),
+        shutdown: app.draining.subscribe(),
     };
     drop(lease);
     let (writer, resp) = SseWriter::open(app.config.keepalive);

@@ -1,13 +1,16 @@
 //! Legacy pass-through: a request from a legacy client (an `initialize`, or anything carrying
 //! `Mcp-Session-Id`) goes to the upstream unchanged and the answer streams back unchanged.
 
+use std::sync::Arc;
+
 use http::{header, HeaderName, Request, Response, Uri};
 use http_body_util::BodyExt;
 
 use crate::app::App;
 use crate::body::Body;
-use crate::edge;
+use crate::edge::{self, Settled};
 use crate::error::ProxyError;
+use crate::metrics::{Direction, Metrics, Outcome, RequestTimer};
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded.
 const HOP_BY_HOP: [HeaderName; 6] = [
@@ -19,10 +22,33 @@ const HOP_BY_HOP: [HeaderName; 6] = [
     header::TRANSFER_ENCODING,
 ];
 
-/// Relays `req` to the upstream's MCP endpoint and streams the response back.
-pub(super) async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
+/// Relays `req` to the upstream's MCP endpoint and streams the response back, counting the
+/// body bytes both ways.
+pub(super) async fn relay(app: &App, req: Request<Body>, timer: RequestTimer) -> Response<Body> {
     let path = app.pool.client().uri().path().to_owned();
-    forward(app, req, &path).await
+    let metrics = &app.metrics;
+    let req = req.map(|b| counted(b, Arc::clone(metrics), Direction::ToUpstream));
+    match forward(app, req, &path).await {
+        Ok(resp) => {
+            let settled = Settled {
+                upstream_status: Some(resp.status().as_u16()),
+                ..Settled::with(Outcome::Relayed)
+            };
+            edge::settle(timer, settled);
+            resp.map(|b| counted(b, Arc::clone(metrics), Direction::ToClient))
+        }
+        Err(e) => edge::fail(timer, &e, None),
+    }
+}
+
+fn counted(body: Body, metrics: Arc<Metrics>, direction: Direction) -> Body {
+    body.map_frame(move |frame| {
+        if let Some(data) = frame.data_ref() {
+            metrics.relayed(direction, data.len());
+        }
+        frame
+    })
+    .boxed()
 }
 
 /// Relays `req` to the same path on the upstream's origin: OAuth metadata under `/.well-known/`
@@ -30,10 +56,12 @@ pub(super) async fn relay(app: &App, req: Request<Body>) -> Response<Body> {
 /// upstream challenges (401 + `WWW-Authenticate`) through the proxy can discover how to log in.
 pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<Body> {
     let path = req.uri().path().to_owned();
-    forward(app, req, &path).await
+    forward(app, req, &path)
+        .await
+        .unwrap_or_else(|e| edge::error(&e, None))
 }
 
-async fn forward(app: &App, req: Request<Body>, path: &str) -> Response<Body> {
+async fn forward(app: &App, req: Request<Body>, path: &str) -> Result<Response<Body>, ProxyError> {
     let (mut parts, body) = req.into_parts();
     let upstream = app.pool.client().uri();
     let path_and_query = match parts.uri.query() {
@@ -44,10 +72,9 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Response<Body> {
     if let (Some(s), Some(a)) = (upstream.scheme(), upstream.authority()) {
         builder = builder.scheme(s.clone()).authority(a.clone());
     }
-    parts.uri = match builder.build() {
-        Ok(u) => u,
-        Err(e) => return edge::error(&ProxyError::Internal(e.to_string()), None),
-    };
+    parts.uri = builder
+        .build()
+        .map_err(|e| ProxyError::Internal(e.to_string()))?;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
     parts.version = http::Version::HTTP_11;
@@ -60,9 +87,12 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Response<Body> {
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            Response::from_parts(parts, body.map_err(Into::into).boxed())
+            Ok(Response::from_parts(
+                parts,
+                body.map_err(Into::into).boxed(),
+            ))
         }
-        Err(e) => edge::error(&ProxyError::Upstream(e), None),
+        Err(e) => Err(ProxyError::Upstream(e)),
     }
 }
 

@@ -13,6 +13,7 @@ use http::HeaderValue;
 use serde_json::Value;
 use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 
 use super::changes::{Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
@@ -56,6 +57,8 @@ pub(crate) struct SessionPool {
     returned: Notify,
     /// Leases waiting in [`SessionPool::acquire`].
     waiters: AtomicUsize,
+    /// Sessions being closed after their lease ended (shutdown waits for their DELETE).
+    closing: TaskTracker,
 }
 
 enum Acquired {
@@ -105,6 +108,7 @@ impl SessionPool {
             changes: broadcast::channel(CHANGE_BACKLOG).0,
             returned: Notify::new(),
             waiters: AtomicUsize::new(0),
+            closing: TaskTracker::new(),
         })
     }
 
@@ -211,6 +215,13 @@ impl SessionPool {
         }
     }
 
+    /// Sessions open now, leased or idle (each holds a permit).
+    pub(crate) fn open_sessions(&self) -> usize {
+        self.cfg
+            .max_sessions
+            .saturating_sub(self.permits.available_permits())
+    }
+
     /// Requests waiting for an upstream session (the pool is full and nothing idle fits).
     pub(crate) fn waiters(&self) -> usize {
         self.waiters.load(Ordering::Relaxed)
@@ -262,14 +273,25 @@ impl SessionPool {
         n
     }
 
-    /// Closes every idle session (shutdown).
-    pub(crate) async fn close_all(&self) {
+    /// Closes every session (shutdown): the idle ones, and waits (at most `timeout`) for those
+    /// whose leases ended to finish closing.
+    pub(crate) async fn close_all(&self, timeout: Duration) {
         let all: Vec<Arc<Session>> = match self.idle.lock() {
             Ok(mut idle) => idle.drain().flat_map(|(_, v)| v).collect(),
             Err(_) => Vec::new(),
         };
         for s in all {
-            s.close().await;
+            self.closing.spawn(async move { s.close().await });
+        }
+        self.closing.close();
+        if tokio::time::timeout(timeout, self.closing.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                sessions = self.closing.len(),
+                "upstream sessions did not close in time"
+            );
         }
     }
 
@@ -356,8 +378,10 @@ impl Drop for Lease {
             return;
         }
         let session = Arc::clone(&self.session);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { session.close().await });
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.pool
+                .closing
+                .spawn(async move { session.close().await });
         }
     }
 }

@@ -38,6 +38,14 @@ impl std::fmt::Debug for ResponseStream {
 }
 
 impl ResponseStream {
+    /// The HTTP status of the response, once its headers came.
+    pub(crate) fn status(&self) -> Option<http::StatusCode> {
+        match self {
+            Self::Ready(s) => Some(s.status()),
+            Self::Pending(_) | Self::Failed => None,
+        }
+    }
+
     /// The next message, `None` at the end of the body.
     ///
     /// # Errors
@@ -62,6 +70,7 @@ impl ResponseStream {
 /// Yields the JSON-RPC messages of one upstream response body, JSON or SSE, as raw bytes.
 #[derive(Debug)]
 pub(crate) struct MessageStream {
+    status: http::StatusCode,
     body: Incoming,
     mode: Mode,
     queue: std::collections::VecDeque<Bytes>,
@@ -91,11 +100,17 @@ impl MessageStream {
             }
         };
         Self {
+            status: resp.status(),
             body: resp.into_body(),
             mode,
             queue: Default::default(),
             done: false,
         }
+    }
+
+    /// The HTTP status of the response.
+    pub(crate) fn status(&self) -> http::StatusCode {
+        self.status
     }
 
     /// The next message, `None` at the end of the body.

@@ -96,8 +96,9 @@ def proxy_binary():
 
 
 class Proxy:
-    def __init__(self, upstream_url, *extra):
-        cmd = [proxy_binary(), "--config", str(HERE / "proxy.toml"), "--listen", "127.0.0.1:0", "--upstream", upstream_url]
+    def __init__(self, upstream_url, *extra, config=None):
+        config = str(config or HERE / "proxy.toml")
+        cmd = [proxy_binary(), "--config", config, "--listen", "127.0.0.1:0", "--upstream", upstream_url]
         self.proc = Proc([*cmd, *extra],
                          env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
         m = self.proc.wait_for(r"listening on (http://\S+)")
@@ -105,15 +106,30 @@ class Proxy:
         self.base = self.url.rsplit("/", 1)[0]
 
     def metrics(self):
+        """Every sample of a scrape: series (name plus labels, as exposed) → value."""
         text = urllib.request.urlopen(self.base + "/metrics", timeout=10).read().decode()
-        return {k: float(v) for k, v in re.findall(r"^(mrtr_\w+) (\S+)$", text, re.M)}
+        return Samples({k: float(v) for k, v in re.findall(r"^(mrtr_\w+(?:\{[^}]*\})?) (\S+)$", text, re.M)})
 
     def kill(self):
         self.proc.kill()
 
 
-def start_py_upstream():
-    proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_legacy_server.py")])
+class Samples(dict):
+    def sum(self, name, **labels):
+        """The sum of `name`'s samples whose labels include `labels`."""
+        total = 0.0
+        for series, value in self.items():
+            base, _, rest = series.partition("{")
+            if base != name:
+                continue
+            have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+            if all(have.get(k) == v for k, v in labels.items()):
+                total += value
+        return total
+
+
+def start_py_upstream(*flags):
+    proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_legacy_server.py"), *flags])
     port = proc.wait_for(r"READY (\d+)").group(1)
     return proc, f"http://127.0.0.1:{port}/mcp"
 

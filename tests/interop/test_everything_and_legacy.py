@@ -103,4 +103,5 @@ def test_legacy_client_passes_through_including_elicitation(stack):
     assert result["echo"] == "legacy-hi"
     assert result["ask_name"] == "Hello, Linus!"
     m = stack["proxy"].metrics()
-    assert m["mrtr_legacy_requests_total"] > 0
+    assert m.sum("mrtr_requests_total", era="legacy", outcome="relayed") > 0
+    assert m.sum("mrtr_relayed_bytes_total", direction="to_client") > 0

@@ -424,16 +424,17 @@ async fn shutdown_ends_listen_streams_at_once() {
 }
 
 #[tokio::test]
-async fn shutdown_cancels_parked_calls_upstream() {
+async fn shutdown_cancels_calls_still_parked_after_the_grace_then_deletes_sessions() {
     let mock = Mock::start().await;
     mock.script(
         "ask",
         vec![vec![elicit(1), Step::Await(1), Step::Reply(json!({}))]],
     );
-    let proxy = TestProxy::start(&mock.url(), "").await;
+    let mut proxy = TestProxy::start(&mock.url(), "[server]\nshutdown_grace = \"100ms\"\n").await;
     let c = proxy.client(all_caps());
     let _ = first_round(&c, "ask", json!({})).await;
-    drop(proxy);
+    // The whole sequence completes before `stopped` returns: nothing is left to a dropped runtime.
+    proxy.stopped().await;
     let a = mock
         .wait_for("the cancel answer", |m| {
             m["id"] == 1 && m.get("result").is_some()
@@ -444,4 +445,36 @@ async fn shutdown_cancels_parked_calls_upstream() {
         m["method"] == "notifications/cancelled"
     })
     .await;
+    assert_eq!(proxy.app.parked_calls(), 0);
+    assert_eq!(proxy.app.idle_sessions(), 0);
+    assert!(!mock.deleted().is_empty(), "the call's session was DELETEd");
+}
+
+#[tokio::test]
+async fn a_parked_call_can_be_resumed_while_the_proxy_drains() {
+    let mock = Mock::start().await;
+    mock.script("ask", ask_once());
+    let mut proxy = TestProxy::start(&mock.url(), "[server]\nshutdown_grace = \"30s\"\n").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    proxy.begin_shutdown();
+    // Readiness goes off at once; observe it rather than sleep.
+    while proxy.get_status("/readyz").await != http::StatusCode::SERVICE_UNAVAILABLE {
+        tokio::task::yield_now().await;
+    }
+    let fresh = c
+        .request("tools/call", json!({"name": "ask", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(
+        fresh.status,
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "no new calls"
+    );
+    assert_eq!(error_of(&fresh)["code"], -32000);
+    let done = answer_first(&c, "ask", &state).await;
+    assert_eq!(done.result()["resultType"], "complete", "{:?}", done.last);
+    // Nothing is left: the drain ends long before its 30 s grace.
+    proxy.stopped().await;
+    assert!(!mock.deleted().is_empty());
 }

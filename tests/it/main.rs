@@ -13,6 +13,7 @@
 mod architecture;
 mod front;
 mod lifetimes;
+mod metrics;
 mod park;
 mod passthrough;
 mod security;

@@ -50,16 +50,29 @@ async fn binary_serves_healthz_and_exits_on_sigterm() {
         503,
         "nothing listens upstream"
     );
+    let status = terminate(child).await;
+    assert!(status.success(), "{status:?}");
+}
+
+/// Sends SIGTERM and waits for the exit.
+async fn terminate(child: std::process::Child) -> std::process::ExitStatus {
+    sigterm(&child);
+    exit_of(child).await
+}
+
+fn sigterm(child: &std::process::Child) {
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
-    let status = tokio::task::spawn_blocking(move || child.wait())
+}
+
+async fn exit_of(mut child: std::process::Child) -> std::process::ExitStatus {
+    tokio::task::spawn_blocking(move || child.wait())
         .await
         .unwrap()
-        .unwrap();
-    assert!(status.success(), "{status:?}");
+        .unwrap()
 }
 
 #[test]
@@ -101,4 +114,113 @@ fn demo_once_walks_through_and_exits_zero() {
             && out.contains("walkthrough complete"),
         "{out}"
     );
+}
+
+/// The binary's stderr, line by line, collected by a thread.
+struct Stderr(std::sync::mpsc::Receiver<String>);
+
+impl Stderr {
+    fn of(child: &mut std::process::Child) -> Self {
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self(rx)
+    }
+
+    /// The first line containing `needle` (panics after 20 s).
+    fn wait_for(&self, needle: &str) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = self.0.recv_timeout(left).expect(needle);
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+}
+
+fn url_in(line: &str) -> String {
+    line.split_whitespace()
+        .find(|w| w.starts_with("http://"))
+        .unwrap()
+        .to_owned()
+}
+
+async fn status_of(url: &str) -> u16 {
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<mrtr_proxy::body::Body>();
+    let req = http::Request::get(url)
+        .body(mrtr_proxy::body::empty())
+        .unwrap();
+    http.request(req).await.unwrap().status().as_u16()
+}
+
+fn healthcheck(url: &str) -> std::process::ExitStatus {
+    Command::new(BIN)
+        .args(["healthcheck", "--url", url])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_admin_listener_serves_the_probes_apart_and_logs_can_be_json() {
+    let dir = std::env::temp_dir().join(format!("mrtr-smoke-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("admin.toml");
+    std::fs::write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:0\"\n[admin]\nlisten = \"127.0.0.1:0\"\n[log]\nformat = \"json\"\n[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n",
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap()])
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::of(&mut child);
+    let main = url_in(&stderr.wait_for("listening on"));
+    let base = main.trim_end_matches("/mcp").to_owned();
+    let admin = url_in(&stderr.wait_for("admin on"));
+    assert_eq!(status_of(&format!("{admin}/healthz")).await, 200);
+    assert_eq!(status_of(&format!("{admin}/metrics")).await, 200);
+    assert_eq!(
+        status_of(&format!("{admin}/mcp")).await,
+        404,
+        "no MCP on the admin port"
+    );
+    assert_eq!(
+        status_of(&format!("{base}/healthz")).await,
+        404,
+        "no probes on the MCP port"
+    );
+    assert!(healthcheck(&format!("{admin}/healthz")).success());
+    assert!(
+        !healthcheck(&format!("{admin}/readyz")).success(),
+        "nothing listens upstream"
+    );
+
+    sigterm(&child);
+    let line = stderr.wait_for("shutting down");
+    let log: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(log["level"], "INFO", "{line}");
+    assert_eq!(
+        log["fields"]["message"], "shutting down: draining",
+        "{line}"
+    );
+    let status = exit_of(child).await;
+    assert!(status.success(), "{status:?}");
+    assert!(
+        !healthcheck(&format!("{admin}/healthz")).success(),
+        "the proxy is gone"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -2,10 +2,14 @@
 
 Its tools ask for input mid-call the way deployed servers do: elicitation and sampling inline on
 the call's SSE stream, roots/list on the session's GET stream. Binds 127.0.0.1:0 and prints
-`READY <port>` once listening.
+`READY <port>` once listening. With `--record`, it also prints one `REC {json}` line per HTTP
+request it answers (method, JSON-RPC kind and method or answered action, status, session id), so
+that tests can assert what reached the upstream and that the upstream acknowledged it.
 """
 
 import asyncio
+import json
+import sys
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.shared.exceptions import UrlElicitationRequiredError
@@ -197,5 +201,50 @@ async def secret(who: str, ctx: Context) -> str:
     return f"secret of {who} for {await ask_for_name(ctx, 'Who is asking?')}"
 
 
+class Recorder:
+    """ASGI middleware printing a `REC` line when each POST or DELETE is answered."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in ("POST", "DELETE"):
+            return await self.app(scope, receive, send)
+        body = bytearray()
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+
+        async def rx():
+            msg = await receive()
+            if msg["type"] == "http.request":
+                body.extend(msg.get("body", b""))
+            return msg
+
+        async def tx(msg):
+            if msg["type"] == "http.response.start":
+                out = {k.decode().lower(): v.decode() for k, v in msg.get("headers", [])}
+                rec = {"http": scope["method"], "status": msg["status"],
+                       "session": headers.get("mcp-session-id") or out.get("mcp-session-id")}
+                rec.update(describe(bytes(body)))
+                print("REC " + json.dumps(rec), flush=True)
+            await send(msg)
+
+        await self.app(scope, rx, tx)
+
+
+def describe(body):
+    try:
+        m = json.loads(body) if body else None
+    except ValueError:
+        return {"kind": "unparsable"}
+    if not isinstance(m, dict):
+        return {}
+    if "method" in m:
+        return {"kind": "request" if "id" in m else "notification", "method": m["method"]}
+    result = m.get("result")
+    action = result.get("action") if isinstance(result, dict) else None
+    return {"kind": "response", "id": m.get("id"), "action": action, "error": "error" in m}
+
+
 if __name__ == "__main__":
-    serve(lambda port: mcp.streamable_http_app())
+    record = "--record" in sys.argv[1:]
+    serve(lambda port: Recorder(mcp.streamable_http_app()) if record else mcp.streamable_http_app())

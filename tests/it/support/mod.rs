@@ -22,6 +22,7 @@ pub struct TestProxy {
     pub addr: std::net::SocketAddr,
     pub app: Arc<App>,
     stop: Option<oneshot::Sender<()>>,
+    served: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl TestProxy {
@@ -36,13 +37,14 @@ impl TestProxy {
         let addr = listener.local_addr().unwrap();
         let app = App::new(config);
         let (tx, rx) = oneshot::channel::<()>();
-        tokio::spawn(server::run(listener, Arc::clone(&app), async move {
+        let served = tokio::spawn(server::run(listener, Arc::clone(&app), async move {
             let _ = rx.await;
         }));
         Self {
             addr,
             app,
             stop: Some(tx),
+            served: Some(served),
         }
     }
 
@@ -52,6 +54,53 @@ impl TestProxy {
 
     pub fn client(&self, caps: Value) -> ModernClient {
         ModernClient::new(self.url(), caps)
+    }
+}
+
+impl TestProxy {
+    /// Signals shutdown (as SIGTERM would); the proxy keeps serving while it drains.
+    pub fn begin_shutdown(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+
+    /// Resolves when the whole shutdown sequence is over; panics after 30 s.
+    pub async fn stopped(&mut self) {
+        self.begin_shutdown();
+        if let Some(served) = self.served.take() {
+            tokio::time::timeout(std::time::Duration::from_secs(30), served)
+                .await
+                .expect("the proxy shuts down within 30 s")
+                .unwrap();
+        }
+    }
+
+    /// GETs an admin route; returns its body (panics on a status other than 200).
+    pub async fn get_text(&self, path: &str) -> String {
+        let resp = self.get(path).await;
+        assert_eq!(resp.status(), http::StatusCode::OK, "GET {path}");
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    }
+
+    /// GETs an admin route; returns its status.
+    pub async fn get_status(&self, path: &str) -> http::StatusCode {
+        self.get(path).await.status()
+    }
+
+    async fn get(&self, path: &str) -> http::Response<hyper::body::Incoming> {
+        let http =
+            hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http::<mrtr_proxy::body::Body>();
+        let uri = format!("http://{}{path}", self.addr);
+        let req = http::Request::get(uri)
+            .body(mrtr_proxy::body::empty())
+            .unwrap();
+        http.request(req).await.unwrap()
     }
 }
 
