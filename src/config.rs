@@ -39,6 +39,23 @@ impl Secret {
     pub fn new(s: String) -> Self {
         Self(s)
     }
+    /// A secret read from a file or the environment (`what` names it in errors): surrounding
+    /// whitespace (a trailing newline) is dropped, and it must be at least
+    /// [`MIN_SECRET_BYTES`] long.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] under `state.secret_file` when it is too short.
+    pub fn from_file_text(text: &str) -> Result<Self, ConfigError> {
+        let secret = text.trim();
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(invalid(
+                "state.secret_file",
+                format!("must be at least {MIN_SECRET_BYTES} bytes"),
+            ));
+        }
+        Ok(Self(secret.to_owned()))
+    }
+
     /// The secret bytes; never log them.
     pub fn expose(&self) -> &[u8] {
         self.0.as_bytes()
@@ -125,8 +142,11 @@ pub struct Config {
     pub session_acquire_timeout: Duration,
     /// Lifetime of a requestState token and of the parked call behind it.
     pub state_ttl: Duration,
-    /// HS256 signing secret; `None` means generate one at start-up.
+    /// HS256 signing secret; `None` means generate one at start-up (unless `state_secret_file`
+    /// or `MRTR_STATE_SECRET` gives one: `main.rs` reads those, see [`Secret::from_file_text`]).
     pub state_secret: Option<Secret>,
+    /// File holding the signing secret (e.g. a mounted Kubernetes Secret), read at start-up.
+    pub state_secret_file: Option<std::path::PathBuf>,
     /// Issuer id of this instance, put in every token.
     pub instance_id: Option<String>,
     /// Window during which server requests arriving together are batched into one round.
@@ -239,6 +259,8 @@ pub struct RawState {
     pub ttl: Option<String>,
     /// `secret`
     pub secret: Option<String>,
+    /// `secret_file`
+    pub secret_file: Option<String>,
     /// `instance_id`
     pub instance_id: Option<String>,
     /// `gather_window`
@@ -293,7 +315,7 @@ impl Config {
         let principal_header = principal_header(u.principal_header.as_deref())?;
         let default_roots = roots(u.default_roots)?;
         let pool = Bounds::from_raw(p, &st)?;
-        let state_secret = secret(st.secret)?;
+        let state_secret = secret(st.secret, st.secret_file.is_some())?;
         let cache_scope = cache_scope(r.cache_scope.as_deref())?;
         let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
         let admin_listen = admin_listen(raw.admin.listen.as_deref())?;
@@ -331,6 +353,7 @@ impl Config {
             session_acquire_timeout: pool.session_acquire_timeout,
             state_ttl,
             state_secret,
+            state_secret_file: st.secret_file.map(std::path::PathBuf::from),
             instance_id: st.instance_id,
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
             max_parked: pool.max_parked,
@@ -442,7 +465,13 @@ fn roots(raw: Vec<toml::Value>) -> Result<Vec<serde_json::Value>, ConfigError> {
     Ok(roots)
 }
 
-fn secret(raw: Option<String>) -> Result<Option<Secret>, ConfigError> {
+fn secret(raw: Option<String>, has_file: bool) -> Result<Option<Secret>, ConfigError> {
+    if raw.is_some() && has_file {
+        return Err(invalid(
+            "state.secret_file",
+            "give state.secret or state.secret_file, not both",
+        ));
+    }
     match raw {
         Some(sec) if sec.len() < MIN_SECRET_BYTES => Err(invalid(
             "state.secret",

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use mrtr_proxy::app::App;
 use mrtr_proxy::cli::{Cli, Command};
-use mrtr_proxy::config::{self, Config};
+use mrtr_proxy::config::{self, Config, Secret};
 use mrtr_proxy::server::{self, Listeners};
 use mrtr_proxy::{demo, healthcheck, shutdown, telemetry};
 
@@ -113,6 +113,17 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
     }
     if let Some(t) = &cli.state_ttl {
         c.state_ttl = config::parse_duration(t).map_err(|e| format!("--state-ttl: {e}"))?;
+    }
+    // The signing key from a file (a mounted Secret) or the environment, never from the TOML
+    // when replicas share it; the file wins over the variable.
+    if let Some(path) = &c.state_secret_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("state.secret_file: cannot read {}: {e}", path.display()))?;
+        c.state_secret = Some(Secret::from_file_text(&text).map_err(|e| e.to_string())?);
+    } else if let Ok(text) = std::env::var("MRTR_STATE_SECRET") {
+        let secret =
+            Secret::from_file_text(&text).map_err(|e| format!("MRTR_STATE_SECRET: {e}"))?;
+        c.state_secret = c.state_secret.or(Some(secret));
     }
     Ok(c)
 }

@@ -224,3 +224,53 @@ async fn an_admin_listener_serves_the_probes_apart_and_logs_can_be_json() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_signing_key_comes_from_a_file_or_the_environment_and_is_checked() {
+    let dir = std::env::temp_dir().join(format!("mrtr-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let short = dir.join("short");
+    std::fs::write(&short, "too-short\n").unwrap();
+    let config = dir.join("c.toml");
+    let run = |config_text: String, env: Option<&str>| {
+        std::fs::write(&config, config_text).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "--config",
+            config.to_str().unwrap(),
+            "healthcheck",
+            "--url",
+            "http://127.0.0.1:9/healthz",
+        ]);
+        cmd.env_remove("MRTR_STATE_SECRET");
+        if let Some(v) = env {
+            cmd.env("MRTR_STATE_SECRET", v);
+        }
+        cmd.output().unwrap()
+    };
+    let file = format!("[state]\nsecret_file = \"{}\"\n", short.display());
+    let out = run(file, None);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("state.secret_file"));
+    let out = run(String::new(), Some("short"));
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MRTR_STATE_SECRET"));
+    // A good key loads: the command gets as far as probing (nothing listens there: exit 1).
+    let out = run(String::new(), Some("0123456789abcdef0123456789abcdef"));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let both = format!(
+        "[state]\nsecret = \"0123456789abcdef0123456789abcdef\"\nsecret_file = \"{}\"\n",
+        short.display()
+    );
+    assert_eq!(
+        run(both, None).status.code(),
+        Some(64),
+        "secret and secret_file exclude each other"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
