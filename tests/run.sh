@@ -16,6 +16,12 @@ if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3
   python3 -m venv "$interop/.venv/mcp2"
   "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0'
 fi
+deploy_venv=tests/deploy/.venv
+if ! "$deploy_venv/bin/pip" show kubernetes-validate 2>/dev/null | grep -q '^Version: 1.37.0$' \
+   || ! "$deploy_venv/bin/pip" show pytest >/dev/null 2>&1; then
+  python3 -m venv "$deploy_venv"
+  "$deploy_venv/bin/pip" install -q 'kubernetes-validate==1.37.0' 'pytest==9.2.0'
+fi
 if [ ! -d "$interop/node_modules/@modelcontextprotocol/client" ] || [ "$interop/package-lock.json" -nt "$interop/node_modules/.package-lock.json" ]; then
   (cd "$interop" && npm ci --no-audit --no-fund --loglevel=error)
 fi
@@ -27,3 +33,6 @@ cargo test --locked --doc
 
 echo "== interop: official SDK peers through the proxy"
 MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider "$interop"
+
+echo "== deployment: Kubernetes manifests (strict schema validation) and their config"
+MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy
