@@ -96,11 +96,11 @@ def proxy_binary():
 
 
 class Proxy:
-    def __init__(self, upstream_url, *extra, config=None):
+    def __init__(self, upstream_url, *extra, config=None, log="warn"):
         config = str(config or HERE / "proxy.toml")
         cmd = [proxy_binary(), "--config", config, "--listen", "127.0.0.1:0", "--upstream", upstream_url]
         self.proc = Proc([*cmd, *extra],
-                         env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")})
+                         env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", log)})
         m = self.proc.wait_for(r"listening on (http://\S+)")
         self.url = m.group(1)
         self.base = self.url.rsplit("/", 1)[0]
