@@ -32,6 +32,9 @@ pub enum SseError {
 #[derive(Debug)]
 pub struct SseDecoder {
     buf: BytesMut,
+    // How many bytes at the front of `buf` are known to hold no line end: each byte is scanned
+    // once, so a large event costs linear time however finely it is chunked.
+    scanned: usize,
     max_event_bytes: usize,
     // The event being assembled.
     data: String,
@@ -47,6 +50,7 @@ impl SseDecoder {
     pub fn new(max_event_bytes: usize) -> Self {
         Self {
             buf: BytesMut::new(),
+            scanned: 0,
             max_event_bytes,
             data: String::new(),
             has_data: false,
@@ -71,9 +75,15 @@ impl SseDecoder {
                 }
                 self.skip_lf = false;
             }
-            let Some(pos) = self.buf.iter().position(|b| *b == b'\n' || *b == b'\r') else {
+            let Some(pos) = self.buf[self.scanned..]
+                .iter()
+                .position(|b| *b == b'\n' || *b == b'\r')
+                .map(|p| p + self.scanned)
+            else {
+                self.scanned = self.buf.len();
                 break;
             };
+            self.scanned = 0;
             let line = self.buf.split_to(pos).freeze();
             let end = self.buf.split_to(1);
             if end[0] == b'\r' {
