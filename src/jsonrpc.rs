@@ -81,9 +81,26 @@ impl Message {
     /// # Errors
     /// [`EnvelopeError`] when the bytes are not JSON or not a JSON-RPC 2.0 message.
     pub(crate) fn parse(bytes: &[u8]) -> Result<Self, EnvelopeError> {
-        let msg: Self = serde_json::from_slice(bytes)?;
+        let msg: Self = match serde_json::from_slice(bytes) {
+            Ok(m) => m,
+            // Valid JSON of the wrong shape (`"method": 5`, `"jsonrpc": 2`, an array) is an
+            // invalid request (-32600), not a parse error (-32700).
+            Err(e) if serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok() => {
+                return Err(EnvelopeError::Shape(if e.is_data() {
+                    "a member has the wrong type"
+                } else {
+                    "not a json-rpc object"
+                }))
+            }
+            Err(e) => return Err(e.into()),
+        };
         if msg.jsonrpc.as_deref() != Some("2.0") {
             return Err(EnvelopeError::Shape("jsonrpc must be \"2.0\""));
+        }
+        if msg.id.as_deref().is_some_and(|id| !valid_id(id)) {
+            return Err(EnvelopeError::Shape(
+                "id must be a string, a number or null",
+            ));
         }
         msg.kind()?;
         Ok(msg)
@@ -123,6 +140,14 @@ impl Message {
             None => Ok(Value::Null),
         }
     }
+}
+
+// JSON-RPC 2.0 §4: an id is a string, a number, or null; objects, arrays and booleans are not.
+fn valid_id(id: &RawValue) -> bool {
+    !matches!(
+        id.get().trim_start().as_bytes().first(),
+        Some(b'{' | b'[' | b't' | b'f')
+    )
 }
 
 /// Serialises a successful response `{"jsonrpc":"2.0","id":…,"result":…}` from a raw result.
@@ -188,6 +213,32 @@ mod tests {
         assert!(Message::parse(br#"{"jsonrpc":"2.0","id":null,"method":"x"}"#).is_err());
         assert!(Message::parse(br#"{"jsonrpc":"2.0"}"#).is_err());
         assert!(Message::parse(b"{").is_err());
+    }
+
+    #[test]
+    fn wrong_types_are_invalid_requests_not_parse_errors() {
+        for bad in [
+            r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+            r#"{"jsonrpc":2,"id":1,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":[1],"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"x"}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"x"}]"#,
+            "7",
+        ] {
+            assert!(
+                matches!(Message::parse(bad.as_bytes()), Err(EnvelopeError::Shape(_))),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            Message::parse(br#"{"jsonrpc":"2.0","id":1,"method":"x""#),
+            Err(EnvelopeError::Json(_))
+        ));
+        for good in [r#""a""#, "1", "-2.5"] {
+            let m = format!(r#"{{"jsonrpc":"2.0","id":{good},"method":"x"}}"#);
+            assert!(Message::parse(m.as_bytes()).is_ok(), "{good}");
+        }
     }
 
     #[test]

@@ -413,3 +413,27 @@ async fn a_modern_request_with_a_stray_session_id_is_served_modern_and_batches_a
     assert_eq!(ex.status, StatusCode::BAD_REQUEST);
     assert_eq!(error_of(&ex)["code"], -32600);
 }
+
+#[tokio::test]
+async fn ids_of_the_wrong_type_and_non_string_methods_are_400_with_32600() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    for (id, method) in [
+        ("true", r#""tools/list""#),
+        (r#"{"a":1}"#, r#""tools/list""#),
+        ("[1]", r#""tools/list""#),
+        ("1", "5"),
+    ] {
+        let body =
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"method":{method},"params":{{{META}}}}}"#);
+        let ex = c
+            .send_raw(body.into(), &h(&[("mcp-method", "tools/list")]))
+            .await
+            .unwrap();
+        assert_eq!(ex.status, StatusCode::BAD_REQUEST, "{id} {method}");
+        assert_eq!(error_of(&ex)["code"], -32600, "{id} {method}");
+        assert_eq!(ex.last["id"], json!(null), "an invalid id is never echoed");
+    }
+    assert!(mock.posted().iter().all(|m| m["method"] != "tools/list"));
+}
