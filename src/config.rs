@@ -111,6 +111,11 @@ pub struct Config {
     pub keepalive: Duration,
     /// Bound on simultaneous client connections.
     pub max_connections: usize,
+    /// How long a client may take to send a request's headers (and to send anything at all on a
+    /// new or idle keep-alive connection) before the connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a client may take to send a request's body before it gets 408.
+    pub body_read_timeout: Duration,
     /// On shutdown, how long in-flight and parked calls get to finish or be resumed.
     pub shutdown_grace: Duration,
     /// After the grace, how long calls still open get to cancel upstream (acknowledged) and
@@ -215,6 +220,10 @@ pub struct RawServer {
     pub keepalive: Option<String>,
     /// `max_connections`
     pub max_connections: Option<usize>,
+    /// `header_read_timeout`
+    pub header_read_timeout: Option<String>,
+    /// `body_read_timeout`
+    pub body_read_timeout: Option<String>,
     /// `shutdown_grace`
     pub shutdown_grace: Option<String>,
     /// `shutdown_cancel_timeout`
@@ -310,6 +319,7 @@ impl Config {
         let r = raw.results;
         let listen = s.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen.parse().map_err(|e| invalid("server.listen", e))?;
+        let times = ServerTimes::from_raw(&s)?;
         let mcp_path = mcp_path(s.mcp_path)?;
         let upstream = parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?;
         let principal_header = principal_header(u.principal_header.as_deref())?;
@@ -325,14 +335,12 @@ impl Config {
             mcp_path,
             allowed_origins: s.allowed_origins,
             max_body_bytes: size("server.max_body", s.max_body.as_deref(), "4MiB")?,
-            keepalive: nonzero_dur("server.keepalive", s.keepalive.as_deref(), "15s")?,
+            keepalive: times.keepalive,
             max_connections: positive("server.max_connections", s.max_connections, 1024)?,
-            shutdown_grace: dur("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
-            shutdown_cancel_timeout: nonzero_dur(
-                "server.shutdown_cancel_timeout",
-                s.shutdown_cancel_timeout.as_deref(),
-                "5s",
-            )?,
+            header_read_timeout: times.header_read,
+            body_read_timeout: times.body_read,
+            shutdown_grace: times.shutdown_grace,
+            shutdown_cancel_timeout: times.shutdown_cancel,
             admin_listen,
             log_format,
             log_level,
@@ -422,6 +430,39 @@ impl Bounds {
                 "pool.acquire_timeout",
                 p.acquire_timeout.as_deref(),
                 "10s",
+            )?,
+        })
+    }
+}
+
+// The durations of `[server]`, validated.
+struct ServerTimes {
+    keepalive: Duration,
+    header_read: Duration,
+    body_read: Duration,
+    shutdown_grace: Duration,
+    shutdown_cancel: Duration,
+}
+
+impl ServerTimes {
+    fn from_raw(s: &RawServer) -> Result<Self, ConfigError> {
+        Ok(Self {
+            keepalive: nonzero_dur("server.keepalive", s.keepalive.as_deref(), "15s")?,
+            header_read: nonzero_dur(
+                "server.header_read_timeout",
+                s.header_read_timeout.as_deref(),
+                "30s",
+            )?,
+            body_read: nonzero_dur(
+                "server.body_read_timeout",
+                s.body_read_timeout.as_deref(),
+                "30s",
+            )?,
+            shutdown_grace: dur("server.shutdown_grace", s.shutdown_grace.as_deref(), "10s")?,
+            shutdown_cancel: nonzero_dur(
+                "server.shutdown_cancel_timeout",
+                s.shutdown_cancel_timeout.as_deref(),
+                "5s",
             )?,
         })
     }

@@ -140,6 +140,12 @@ pub(crate) enum ProxyError {
         /// The bound.
         limit: usize,
     },
+    /// The request body did not arrive within `server.body_read_timeout` (408).
+    #[error("request body not received within {limit:?}")]
+    BodyTimeout {
+        /// The bound.
+        limit: std::time::Duration,
+    },
     /// `Origin` not allowed (403).
     #[error("origin not allowed")]
     Forbidden,
@@ -171,6 +177,7 @@ impl ProxyError {
             | Self::MethodNotFound(_)
             | Self::MissingCapability { .. }
             | Self::BodyTooLarge { .. }
+            | Self::BodyTimeout { .. }
             | Self::Forbidden
             | Self::MethodNotAllowed
             | Self::Rpc(_) => Side::Client,
@@ -194,6 +201,7 @@ impl ProxyError {
             Self::MethodNotFound(_) => StatusCode::NOT_FOUND,
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Forbidden => StatusCode::FORBIDDEN,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Rpc(e) if e.code == protocol::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
@@ -212,6 +220,7 @@ impl ProxyError {
             Self::Parse(_) => (protocol::PARSE_ERROR, None),
             Self::InvalidRequest(_)
             | Self::BodyTooLarge { .. }
+            | Self::BodyTimeout { .. }
             | Self::Forbidden
             | Self::MethodNotAllowed => (protocol::INVALID_REQUEST, None),
             Self::HeaderMismatch(_) => (protocol::HEADER_MISMATCH, None),

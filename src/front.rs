@@ -93,9 +93,14 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
 async fn post(app: Arc<App>, req: Request<Incoming>, mut timer: RequestTimer) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let limit = app.config.max_body_bytes;
-    let bytes = match Limited::new(body, limit).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(_) => return edge::fail(timer, &ProxyError::BodyTooLarge { limit }, None),
+    let deadline = app.config.body_read_timeout;
+    let bytes = match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(_)) => return edge::fail(timer, &ProxyError::BodyTooLarge { limit }, None),
+        Err(_) => {
+            let err = ProxyError::BodyTimeout { limit: deadline };
+            return edge::fail(timer, &err, None);
+        }
     };
     match classify(&parts.headers, &bytes) {
         Ok(Classified::Modern(msg)) => modern(app, &parts.headers, msg, timer).await,

@@ -24,7 +24,7 @@ use std::time::Duration;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -40,6 +40,9 @@ use crate::{edge, front};
 const CONNECTION_CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// The exposition format of `/metrics`.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Connections the admin listener serves at once, apart from `server.max_connections`: probes
+/// and scrapes keep answering while the MCP port is saturated.
+const ADMIN_CONNECTIONS: usize = 64;
 /// The drain ends early only after this long with no call open and no request seen.
 const DRAIN_QUIET: Duration = Duration::from_millis(250);
 
@@ -129,7 +132,7 @@ pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Ou
     // Probes keep their answers (readiness 503 during the drain) until the process exits.
     let admin = listeners.admin.map(|l| {
         let app = Arc::clone(&app);
-        let conns = Arc::clone(&conns);
+        let conns = Arc::new(Semaphore::new(ADMIN_CONNECTIONS));
         let idle = Arc::new(Activity::new());
         tokio::spawn(async move { accept(&l, &app, &idle, None, &conns, Routes::Admin).await })
     });
@@ -255,6 +258,7 @@ async fn accept(
         };
         // SSE events are small writes; Nagle would hold them back behind delayed ACKs.
         let _ = stream.set_nodelay(true);
+        let header_timeout = app.config.header_read_timeout;
         let app = Arc::clone(app);
         let activity = Arc::clone(activity);
         let svc = service_fn(move |req| {
@@ -265,17 +269,70 @@ async fn accept(
                 Ok::<_, Infallible>(route(app, req, routes).await)
             }
         });
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let accepted = Accepted {
+            stream,
+            peer,
+            permit,
+            header_timeout,
+            watcher: graceful.map(GracefulShutdown::watcher),
+        };
+        tokio::spawn(accepted.serve(svc));
+    }
+}
+
+/// One accepted connection, its permit, and what it is served with.
+struct Accepted {
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    header_timeout: Duration,
+    watcher: Option<hyper_util::server::graceful::Watcher>,
+}
+
+impl Accepted {
+    async fn serve<S>(self, svc: S)
+    where
+        S: hyper::service::Service<
+                Request<Incoming>,
+                Response = Response<Body>,
+                Error = Infallible,
+            > + Clone
+            + Send
+            + 'static,
+        S::Future: Send + 'static,
+    {
+        let Self {
+            stream,
+            peer,
+            permit,
+            header_timeout,
+            watcher,
+        } = self;
+        // Telling HTTP/1 from HTTP/2 waits for the first bytes with no deadline of its own: a
+        // socket that never sends one would hold its permit for good. (`readable()` may report
+        // a fresh socket ready early; a peek waits for a real byte.)
+        let mut first = [0u8; 1];
+        if tokio::time::timeout(header_timeout, stream.peek(&mut first))
+            .await
+            .is_err()
+        {
+            tracing::debug!(%peer, "closing a connection that sent nothing");
+            return drop(permit);
+        }
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // With a timer, hyper closes an HTTP/1 connection whose next request head does not
+        // arrive in time (slow headers, idle keep-alive).
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_timeout);
+        builder.http2().timer(TokioTimer::new());
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), svc)
             .into_owned();
-        match graceful {
-            Some(g) => {
-                tokio::spawn(finish(g.watch(conn), peer, permit));
-            }
-            None => {
-                tokio::spawn(finish(conn, peer, permit));
-            }
+        match watcher {
+            Some(w) => finish(w.watch(conn), peer, permit).await,
+            None => finish(conn, peer, permit).await,
         }
     }
 }

@@ -478,3 +478,53 @@ async fn a_parked_call_can_be_resumed_while_the_proxy_drains() {
     proxy.stopped().await;
     assert!(!mock.deleted().is_empty());
 }
+
+/// A raw TCP connection to the proxy; resolves to the bytes it got before the proxy closed it
+/// (panics if it stays open for 5 s).
+async fn closed_by_proxy(mut conn: tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut got))
+        .await
+        .expect("the proxy closes the connection")
+        .unwrap();
+    got
+}
+
+#[tokio::test]
+async fn idle_and_slow_connections_are_closed_so_they_cannot_exhaust_the_listener() {
+    use tokio::io::AsyncWriteExt;
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "[server]\nmax_connections = 2\nheader_read_timeout = \"200ms\"\n",
+    )
+    .await;
+    // Both permits taken: one socket that sends nothing, one that trickles a header.
+    let silent = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let mut slow = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    slow.write_all(b"POST /mcp HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let (a, b) = tokio::join!(closed_by_proxy(silent), closed_by_proxy(slow));
+    assert!(a.is_empty(), "nothing is answered to a silent socket");
+    let _ = b;
+    // The permits came back: the proxy answers again.
+    assert_eq!(proxy.get_status("/healthz").await, http::StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_body_that_stops_arriving_gets_408() {
+    use tokio::io::AsyncWriteExt;
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "[server]\nbody_read_timeout = \"200ms\"\n").await;
+    let mut conn = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    conn.write_all(
+        b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"jsonrpc\"",
+    )
+    .await
+    .unwrap();
+    let got = String::from_utf8(closed_by_proxy(conn).await).unwrap();
+    assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    assert!(got.contains("-32600"), "{got}");
+}

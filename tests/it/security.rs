@@ -174,7 +174,13 @@ async fn a_token_is_single_use() {
 async fn an_expired_token_is_rejected() {
     let mock = Mock::start().await;
     script(&mock);
-    let proxy = TestProxy::start(&mock.url(), "[state]\nttl = \"30s\"\n").await;
+    // The jump past the TTL must not also pass the idle keep-alive bound of the client's pooled
+    // connection (that is not what this test is about).
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "[state]\nttl = \"30s\"\n[server]\nheader_read_timeout = \"5m\"\n",
+    )
+    .await;
     let c = proxy.client(all_caps());
     let (_, state) = first_round(&c, "ask", json!({})).await;
     // Token expiry and the parked call's deadline both read tokio's clock: jump past the TTL,
