@@ -78,6 +78,7 @@ impl App {
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),
             gather_window: config.gather_window,
+            max_input_requests: config.max_input_requests,
             cache_ttl_ms: config.cache_ttl_ms,
             cache_scope: config.cache_scope,
         });

@@ -73,6 +73,8 @@ pub(crate) struct CallContext {
     pub(crate) tasks: TaskTracker,
     /// How long server requests are gathered into one round.
     pub(crate) gather_window: Duration,
+    /// Server requests one call may have pending at once.
+    pub(crate) max_input_requests: usize,
     /// `ttlMs` for cacheable results (calls that had no round).
     pub(crate) cache_ttl_ms: u64,
     /// `cacheScope` for cacheable results (calls that had no round).

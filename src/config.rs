@@ -160,6 +160,8 @@ pub struct Config {
     pub max_parked: usize,
     /// Bound on parked calls per principal.
     pub max_parked_per_principal: usize,
+    /// Server requests one call may have pending at once (a round is at most this many keys).
+    pub max_input_requests: usize,
     /// `ttlMs` stamped on cacheable results.
     pub cache_ttl_ms: u64,
     /// `cacheScope` stamped on cacheable results.
@@ -278,6 +280,8 @@ pub struct RawState {
     pub max_parked: Option<usize>,
     /// `max_parked_per_principal`
     pub max_parked_per_principal: Option<usize>,
+    /// `max_input_requests`
+    pub max_input_requests: Option<usize>,
 }
 
 /// `[results]` table.
@@ -366,6 +370,7 @@ impl Config {
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
             max_parked: pool.max_parked,
             max_parked_per_principal: pool.max_parked_per_principal,
+            max_input_requests: pool.max_input_requests,
             cache_ttl_ms: r.ttl_ms.unwrap_or(0),
             cache_scope,
         })
@@ -413,12 +418,14 @@ struct Bounds {
     session_acquire_timeout: Duration,
     max_parked: usize,
     max_parked_per_principal: usize,
+    max_input_requests: usize,
 }
 
 impl Bounds {
     fn from_raw(p: RawPool, st: &RawState) -> Result<Self, ConfigError> {
         Ok(Self {
             max_parked: positive("state.max_parked", st.max_parked, 500)?,
+            max_input_requests: positive("state.max_input_requests", st.max_input_requests, 32)?,
             max_parked_per_principal: positive(
                 "state.max_parked_per_principal",
                 st.max_parked_per_principal,

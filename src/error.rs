@@ -77,7 +77,7 @@ fn upstream_kind(e: &UpstreamError) -> UpstreamFailure {
     match e {
         UpstreamError::Connect(_) => UpstreamFailure::Connect,
         UpstreamError::Timeout => UpstreamFailure::Timeout,
-        UpstreamError::Status(_) => UpstreamFailure::Status,
+        UpstreamError::Status(_) | UpstreamError::Refused(_) => UpstreamFailure::Status,
         UpstreamError::Unauthorized { .. } => UpstreamFailure::Unauthorized,
         UpstreamError::Protocol(_) => UpstreamFailure::Protocol,
         UpstreamError::Busy(_) => UpstreamFailure::PoolBusy,
@@ -181,7 +181,9 @@ impl ProxyError {
             | Self::Forbidden
             | Self::MethodNotAllowed
             | Self::Rpc(_) => Side::Client,
-            Self::Upstream(UpstreamError::Unauthorized { .. }) => Side::Client,
+            Self::Upstream(UpstreamError::Unauthorized { .. } | UpstreamError::Refused(_)) => {
+                Side::Client
+            }
             Self::Upstream(UpstreamError::Busy(_)) => Side::Internal,
             Self::Upstream(_) => Side::Upstream,
             Self::Overloaded(_) | Self::Internal(_) => Side::Internal,
@@ -237,7 +239,9 @@ impl ProxyError {
             Self::Overloaded(_) | Self::Upstream(UpstreamError::Busy(_)) => {
                 (protocol::SERVER_OVERLOADED, None)
             }
-            Self::Upstream(UpstreamError::Unauthorized { .. }) => (protocol::INVALID_REQUEST, None),
+            Self::Upstream(UpstreamError::Unauthorized { .. } | UpstreamError::Refused(_)) => {
+                (protocol::INVALID_REQUEST, None)
+            }
             Self::Rpc(_) | Self::Upstream(_) | Self::Internal(_) => {
                 (protocol::INTERNAL_ERROR, None)
             }

@@ -14,7 +14,7 @@ use super::{Call, Parking, Phase};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Message};
-use crate::protocol::INVALID_PARAMS;
+use crate::protocol::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::state_token::random_id;
 use crate::upstream::{Session, UpstreamError};
 
@@ -39,6 +39,14 @@ impl Call {
             return self.refuse(&session, &msg, required).await;
         }
         let id = msg.id.as_ref().map(|i| i.get().to_owned());
+        if let Some(dup) = id.as_deref().filter(|i| self.rounds.is_pending(i)) {
+            // The first request with this id is the one the client will answer.
+            tracing::debug!(id = dup, "ignoring a duplicate upstream request id");
+            return;
+        }
+        if self.rounds.pending() >= self.ctx.max_input_requests {
+            return refuse_excess(&session, &msg).await;
+        }
         self.rounds.ask(kind, id, params.as_ref());
         // The first request of a round opens the gather window; while parked, requests simply
         // join the next round.
@@ -181,4 +189,19 @@ async fn deliver(
         session.answer(&id, Ok(&answer.to_string())).await?;
     }
     Ok(())
+}
+
+// Past `state.max_input_requests` pending at once, further server requests are answered
+// with an error at once: the round, and what a TTL or shutdown would have to cancel, stay
+// bounded.
+async fn refuse_excess(session: &Session, msg: &Message) {
+    let id = msg.id.as_ref().map(|i| i.get()).unwrap_or("null");
+    let refusal = ErrorObject {
+        code: INTERNAL_ERROR,
+        message: "too many input requests pending for this call".into(),
+        data: None,
+    };
+    if let Err(e) = session.answer(id, Err(&refusal)).await {
+        tracing::debug!(error = %e, "could not refuse an upstream request");
+    }
 }

@@ -58,6 +58,19 @@ pub(super) struct Answered {
 pub(super) type Abandoned = (String, InputKind);
 
 impl Rounds {
+    /// Whether the upstream request `upstream_id` is already pending (an upstream that sends the
+    /// same id twice must not get two answers with that id).
+    pub(super) fn is_pending(&self, upstream_id: &str) -> bool {
+        self.pending
+            .iter()
+            .any(|p| p.upstream_id.as_deref() == Some(upstream_id))
+    }
+
+    /// Server requests waiting for the client now.
+    pub(super) fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
     /// Adds a server request (or, with no `upstream_id`, a URL elicitation from -32042) and
     /// returns its key.
     pub(super) fn ask(
@@ -295,6 +308,15 @@ mod tests {
         assert_eq!(r.abandon(), vec![("3".to_owned(), InputKind::Sampling)]);
         assert!(!r.has_pending());
         assert!(r.abandon().is_empty());
+    }
+
+    #[test]
+    fn a_duplicate_upstream_id_is_recognised() {
+        let mut r = Rounds::default();
+        r.ask(InputKind::Roots, Some("5".into()), None);
+        assert!(r.is_pending("5"));
+        assert!(!r.is_pending("6"));
+        assert_eq!(r.pending(), 1);
     }
 
     #[test]

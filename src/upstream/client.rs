@@ -23,6 +23,10 @@ pub(crate) enum UpstreamError {
     /// An HTTP status we cannot use.
     #[error("upstream answered http {0}")]
     Status(StatusCode),
+    /// The upstream refused the request as malformed or too large (400, 413, 414, 431): the
+    /// client's doing (an oversized `Authorization`, say), so the client gets the same status.
+    #[error("the upstream refused the request (http {0})")]
+    Refused(StatusCode),
     /// The upstream refused the request's credentials (401) or permissions (403): the client
     /// gets the same status and the upstream's `WWW-Authenticate` challenge, to authenticate.
     #[error("the upstream refused the request's credentials (http {status})")]
@@ -56,7 +60,7 @@ impl UpstreamError {
         match self {
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
-            Self::Unauthorized { status, .. } => *status,
+            Self::Unauthorized { status, .. } | Self::Refused(status) => *status,
             _ => StatusCode::BAD_GATEWAY,
         }
     }
@@ -69,6 +73,14 @@ impl UpstreamError {
                 status,
                 challenge: resp.headers().get(http::header::WWW_AUTHENTICATE).cloned(),
             }
+        } else if matches!(
+            status,
+            StatusCode::BAD_REQUEST
+                | StatusCode::PAYLOAD_TOO_LARGE
+                | StatusCode::URI_TOO_LONG
+                | StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+        ) {
+            Self::Refused(status)
         } else {
             Self::Status(status)
         }

@@ -488,3 +488,38 @@ async fn prompts_and_resources_park_too() {
     assert_eq!(ex.result()["ttlMs"], 60000);
     assert_eq!(ex.result()["cacheScope"], "public");
 }
+
+#[tokio::test]
+async fn duplicate_upstream_ids_are_asked_once_and_requests_past_the_bound_are_refused_upstream() {
+    let mock = Mock::start().await;
+    mock.script(
+        "flood",
+        vec![vec![
+            elicit(1, "a"),
+            elicit(1, "a again, same id"),
+            elicit(2, "b"),
+            elicit(3, "c"),
+            elicit(4, "one too many"),
+            Step::Await(1),
+            done(),
+        ]],
+    );
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "[state]\nmax_input_requests = 3\ngather_window = \"200ms\"\n",
+    )
+    .await;
+    let c = proxy.client(all_caps());
+    let (r, state) = first_round(&c, "flood", json!({})).await;
+    let keys: Vec<&String> = r["inputRequests"].as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 3, "{r}");
+    let refused = mock
+        .wait_for("the refusal of request 4", |m| m["id"] == 4)
+        .await;
+    assert_eq!(refused["error"]["code"], -32603, "{refused}");
+    let answers: serde_json::Map<String, Value> =
+        keys.iter().map(|k| ((*k).clone(), accept("x"))).collect();
+    let ex = retry(&c, "flood", json!({}), Value::Object(answers), &state).await;
+    assert_eq!(ex.result()["resultType"], "complete", "{:?}", ex.last);
+    assert_eq!(mock.answers_to(1).len(), 1, "one answer for id 1, not two");
+}

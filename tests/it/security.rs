@@ -263,3 +263,18 @@ async fn an_upstream_auth_challenge_reaches_the_client_and_metadata_is_relayed()
         "an upstream asking for credentials is up"
     );
 }
+
+#[tokio::test]
+async fn an_upstream_refusing_an_oversized_credential_is_the_clients_error_not_a_502() {
+    let mock = Mock::start().await;
+    mock.max_auth_len(64);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let mut c = proxy.client(all_caps());
+    c.headers.push((
+        "authorization".into(),
+        format!("Bearer {}", "x".repeat(200)),
+    ));
+    let ex = c.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(ex.status, http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_eq!(ex.last["error"]["code"], -32600, "{:?}", ex.last);
+}

@@ -54,6 +54,8 @@ struct State {
     json_mode: std::sync::atomic::AtomicBool,
     // `Authorization` every request must carry, if set.
     required_auth: Mutex<Option<String>>,
+    // Longest `Authorization` accepted (431 above it), if set.
+    max_auth_len: Mutex<Option<usize>>,
 }
 
 /// What the mock answers a request without the required credentials.
@@ -94,6 +96,12 @@ impl Mock {
     /// MCP request whose `Authorization` is not `auth`.
     pub fn require_auth(&self, auth: &str) {
         *self.state.required_auth.lock().unwrap() = Some(auth.to_owned());
+    }
+
+    /// From now on, refuse with 431 (as HTTP servers do for oversized headers) any request whose
+    /// `Authorization` is longer than `len` bytes.
+    pub fn max_auth_len(&self, len: usize) {
+        *self.state.max_auth_len.lock().unwrap() = Some(len);
     }
 
     /// Answer plain JSON (not SSE) to requests.
@@ -206,6 +214,13 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
         ));
         r.headers_mut()
             .insert("content-type", HeaderValue::from_static("application/json"));
+        return r;
+    }
+    let max_auth = *st.max_auth_len.lock().unwrap();
+    let auth_len = req.headers().get("authorization").map_or(0, |v| v.len());
+    if max_auth.is_some_and(|max| auth_len > max) {
+        let mut r = Response::new(empty());
+        *r.status_mut() = StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
         return r;
     }
     let required = st.required_auth.lock().unwrap().clone();
