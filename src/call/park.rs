@@ -61,15 +61,8 @@ impl Call {
     // The request needs a capability the client did not declare: refuse it upstream, cancel the
     // call, and tell the client which capability (-32021).
     async fn refuse(&mut self, session: &Session, msg: &Message, required: serde_json::Value) {
-        let id = msg.id.as_ref().map(|i| i.get()).unwrap_or("null");
-        let refusal = ErrorObject {
-            code: INVALID_PARAMS,
-            message: "the client did not declare this capability".into(),
-            data: None,
-        };
-        if let Err(e) = session.answer(id, Err(&refusal)).await {
-            tracing::debug!(error = %e, "could not refuse an upstream request");
-        }
+        let why = "the client did not declare this capability";
+        answer_error(session, msg, INVALID_PARAMS, why).await;
         self.cancel_upstream("the client lacks a required capability")
             .await;
         self.ctx
@@ -195,10 +188,16 @@ async fn deliver(
 // with an error at once: the round, and what a TTL or shutdown would have to cancel, stay
 // bounded.
 async fn refuse_excess(session: &Session, msg: &Message) {
+    let why = "too many input requests pending for this call";
+    answer_error(session, msg, INTERNAL_ERROR, why).await;
+}
+
+// Answers the upstream's request `msg` with a JSON-RPC error.
+async fn answer_error(session: &Session, msg: &Message, code: i64, message: &str) {
     let id = msg.id.as_ref().map(|i| i.get()).unwrap_or("null");
     let refusal = ErrorObject {
-        code: INTERNAL_ERROR,
-        message: "too many input requests pending for this call".into(),
+        code,
+        message: message.to_owned(),
         data: None,
     };
     if let Err(e) = session.answer(id, Err(&refusal)).await {
