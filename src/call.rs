@@ -312,7 +312,10 @@ impl Call {
     /// upstream forgot before seeing the request is replaced once.
     async fn send_request(&mut self) -> Result<(), ProxyError> {
         for attempt in 0..2 {
-            let session = self.leased_session().await?;
+            let Some(session) = self.leased_session().await? else {
+                self.phase = Phase::Done;
+                return Ok(());
+            };
             let (id, headers) =
                 session.start_request(&self.spec.method, &self.spec.upstream_params);
             let mut headers = Box::pin(headers);
@@ -339,20 +342,25 @@ impl Call {
         Err(UpstreamError::SessionGone.into())
     }
 
-    async fn leased_session(&mut self) -> Result<Arc<Session>, ProxyError> {
+    // The leased session, leasing one first if needed. `None`: the client left meanwhile (a
+    // handshake it no longer waits for is abandoned, and its pool permit with it).
+    async fn leased_session(&mut self) -> Result<Option<Arc<Session>>, ProxyError> {
         if let Some(lease) = &self.lease {
-            return Ok(Arc::clone(lease.session()));
+            return Ok(Some(Arc::clone(lease.session())));
         }
         let spec = &self.spec;
-        let lease = self
+        let leasing = self
             .ctx
             .pool
-            .lease(&spec.principal, &spec.capabilities, spec.auth.clone())
-            .await?;
+            .lease(&spec.principal, &spec.capabilities, spec.auth.clone());
+        let lease = tokio::select! {
+            lease = leasing => lease?,
+            () = or_pending(self.phase.leg().map(Leg::closed)) => return Ok(None),
+        };
         let session = Arc::clone(lease.session());
         session.set_inbox(Some(self.inbox_tx.clone()));
         self.lease = Some(lease);
-        Ok(session)
+        Ok(Some(session))
     }
 
     async fn wait_for_headers(

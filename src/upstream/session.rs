@@ -80,7 +80,11 @@ impl Session {
         params: SessionParams,
         permit: OwnedSemaphorePermit,
     ) -> Result<Arc<Self>, UpstreamError> {
-        let (id, result) = handshake(&client, &params).await?;
+        // The whole handshake, body included, within the upstream timeout: an upstream that sends
+        // headers and then nothing must not hold a session (and its pool permit) for good.
+        let (id, result) = tokio::time::timeout(client.timeout(), handshake(&client, &params))
+            .await
+            .map_err(|_| UpstreamError::Timeout)??;
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
@@ -285,7 +289,7 @@ impl Session {
             jsonrpc::notification_bytes(method, params)
         };
         let resp = self.post(body).await?;
-        drain(resp).await
+        drain(resp, self.client.timeout()).await
     }
 
     /// Answers server request `id` with a result (raw JSON) or an error.
@@ -308,7 +312,7 @@ impl Session {
             }
         };
         let resp = self.post(body).await?;
-        drain(resp).await
+        drain(resp, self.client.timeout()).await
     }
 
     /// Cancels upstream request `id` (`notifications/cancelled`).
@@ -331,7 +335,7 @@ impl Session {
         let req = self.request_builder(Method::DELETE).body(body::empty());
         if let Ok(req) = req {
             if let Ok(resp) = self.client.send(req).await {
-                let _ = drain(resp).await;
+                let _ = drain(resp, self.client.timeout()).await;
             }
         }
     }
@@ -412,17 +416,20 @@ fn base_request(
     b
 }
 
-async fn drain(resp: http::Response<hyper::body::Incoming>) -> Result<(), UpstreamError> {
+async fn drain(
+    resp: http::Response<hyper::body::Incoming>,
+    deadline: std::time::Duration,
+) -> Result<(), UpstreamError> {
     use http_body_util::BodyExt;
     let outcome = if resp.status().is_success() {
         Ok(())
     } else {
         Err(UpstreamError::from_status(&resp))
     };
-    // Bounded: answers to notifications are empty; never read more than a little.
-    let _ = http_body_util::Limited::new(resp.into_body(), 64 * 1024)
-        .collect()
-        .await;
+    // Bounded in size and time: answers to notifications are empty; an upstream that never ends
+    // one is left behind (the connection is dropped), not waited for.
+    let body = http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect();
+    let _ = tokio::time::timeout(deadline, body).await;
     outcome
 }
 

@@ -528,3 +528,73 @@ async fn a_body_that_stops_arriving_gets_408() {
     assert!(got.starts_with("HTTP/1.1 408"), "{got}");
     assert!(got.contains("-32600"), "{got}");
 }
+
+/// Waits (bounded) until the proxy says it is ready.
+async fn ready(proxy: &TestProxy) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while proxy.get_status("/readyz").await != http::StatusCode::OK {
+        assert!(tokio::time::Instant::now() < deadline, "never ready");
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn an_initialize_that_stalls_after_its_headers_times_out_and_frees_its_session() {
+    let mock = Mock::start().await;
+    // (Keys before the first table land in [upstream].)
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "timeout = \"300ms\"\n[pool]\nmax_sessions = 2\nacquire_timeout = \"100ms\"\n",
+    )
+    .await;
+    ready(&proxy).await;
+    mock.stall_initialize();
+    let c = proxy.client(json!({}));
+    // More requests than sessions: a leaked session would make the third one 503 "busy".
+    for n in 0..3 {
+        let ex = c.request("tools/list", json!({})).await.unwrap();
+        assert_eq!(
+            ex.status,
+            http::StatusCode::GATEWAY_TIMEOUT,
+            "request {n}: {:?}",
+            ex.last
+        );
+    }
+    assert_eq!(mock.stalled(), 3);
+}
+
+#[tokio::test]
+async fn a_client_leaving_during_a_stalled_initialize_frees_its_session() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(
+        &mock.url(),
+        "timeout = \"1s\"\n[pool]\nmax_sessions = 1\nacquire_timeout = \"100ms\"\n",
+    )
+    .await;
+    ready(&proxy).await;
+    mock.stall_initialize();
+    let c = proxy.client(json!({}));
+    let leaving = {
+        let c = c.clone();
+        tokio::spawn(async move { c.request("tools/list", json!({})).await })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while mock.stalled() == 0 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the initialize never came"
+        );
+        tokio::task::yield_now().await;
+    }
+    leaving.abort();
+    // The one session slot came free when the client left: the next request gets it (and its own
+    // initialize stalls into a 504), instead of waiting for a slot that a handshake nobody wants
+    // still holds (503 after acquire_timeout).
+    let ex = c.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(
+        ex.status,
+        http::StatusCode::GATEWAY_TIMEOUT,
+        "{:?}",
+        ex.last
+    );
+}

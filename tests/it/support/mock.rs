@@ -56,6 +56,9 @@ struct State {
     required_auth: Mutex<Option<String>>,
     // Longest `Authorization` accepted (431 above it), if set.
     max_auth_len: Mutex<Option<usize>>,
+    // Answer `initialize` with headers, then never send the body (the senders are kept here).
+    stall_initialize: std::sync::atomic::AtomicBool,
+    stalled: Mutex<Vec<mpsc::Sender<Bytes>>>,
 }
 
 /// What the mock answers a request without the required credentials.
@@ -102,6 +105,19 @@ impl Mock {
     /// `Authorization` is longer than `len` bytes.
     pub fn max_auth_len(&self, len: usize) {
         *self.state.max_auth_len.lock().unwrap() = Some(len);
+    }
+
+    /// From now on, answer `initialize` with its response headers and then silence: the body
+    /// never comes and the connection stays open.
+    pub fn stall_initialize(&self) {
+        self.state
+            .stall_initialize
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How many `initialize` requests were stalled so far.
+    pub fn stalled(&self) -> usize {
+        self.state.stalled.lock().unwrap().len()
     }
 
     /// Answer plain JSON (not SSE) to requests.
@@ -279,6 +295,17 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
 
 async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> Response<Body> {
     let method = msg["method"].as_str().unwrap_or("").to_owned();
+    if method == "initialize" && st.stall_initialize.load(Ordering::Relaxed) {
+        let (tx, body) = ChannelBody::channel(1);
+        st.stalled.lock().unwrap().push(tx);
+        st.changed.notify_waiters();
+        let mut r = Response::new(body);
+        r.headers_mut().insert(
+            "content-type",
+            HeaderValue::from_static("text/event-stream"),
+        );
+        return r;
+    }
     if method == "initialize" {
         let id = format!("mock-{}", st.counter.fetch_add(1, Ordering::Relaxed));
         st.sessions.lock().unwrap().insert(id.clone(), ());
