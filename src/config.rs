@@ -133,6 +133,8 @@ pub struct Config {
     pub upstream_protocol_version: String,
     /// Timeout for connecting to and getting response headers from the upstream.
     pub upstream_timeout: Duration,
+    /// How often readiness checks that the upstream still accepts connections.
+    pub upstream_health_interval: Duration,
     /// Largest accepted SSE event from the upstream.
     pub max_sse_event_bytes: usize,
     /// Request header that identifies the principal (lowercase); forwarded upstream unchanged.
@@ -242,6 +244,8 @@ pub struct RawUpstream {
     pub protocol_version: Option<String>,
     /// `timeout`
     pub timeout: Option<String>,
+    /// `health_interval`
+    pub health_interval: Option<String>,
     /// `max_sse_event`
     pub max_sse_event: Option<String>,
     /// `principal_header`
@@ -325,9 +329,7 @@ impl Config {
         let listen: SocketAddr = listen.parse().map_err(|e| invalid("server.listen", e))?;
         let times = ServerTimes::from_raw(&s)?;
         let mcp_path = mcp_path(s.mcp_path)?;
-        let upstream = parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?;
-        let principal_header = principal_header(u.principal_header.as_deref())?;
-        let default_roots = roots(u.default_roots)?;
+        let up = UpstreamSettings::from_raw(u)?;
         let pool = Bounds::from_raw(p, &st)?;
         let state_secret = secret(st.secret, st.secret_file.is_some())?;
         let cache_scope = cache_scope(r.cache_scope.as_deref())?;
@@ -348,18 +350,13 @@ impl Config {
             admin_listen,
             log_format,
             log_level,
-            upstream,
-            upstream_protocol_version: u
-                .protocol_version
-                .unwrap_or_else(|| crate::protocol::DEFAULT_LEGACY_VERSION.to_owned()),
-            upstream_timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "60s")?,
-            max_sse_event_bytes: size(
-                "upstream.max_sse_event",
-                u.max_sse_event.as_deref(),
-                "8MiB",
-            )?,
-            principal_header,
-            default_roots,
+            upstream: up.url,
+            upstream_protocol_version: up.protocol_version,
+            upstream_timeout: up.timeout,
+            upstream_health_interval: up.health_interval,
+            max_sse_event_bytes: up.max_sse_event_bytes,
+            principal_header: up.principal_header,
+            default_roots: up.default_roots,
             max_sessions: pool.max_sessions,
             session_idle: pool.session_idle,
             session_acquire_timeout: pool.session_acquire_timeout,
@@ -438,6 +435,41 @@ impl Bounds {
                 p.acquire_timeout.as_deref(),
                 "10s",
             )?,
+        })
+    }
+}
+
+// `[upstream]`, validated.
+struct UpstreamSettings {
+    url: Uri,
+    protocol_version: String,
+    timeout: Duration,
+    health_interval: Duration,
+    max_sse_event_bytes: usize,
+    principal_header: http::HeaderName,
+    default_roots: Vec<serde_json::Value>,
+}
+
+impl UpstreamSettings {
+    fn from_raw(u: RawUpstream) -> Result<Self, ConfigError> {
+        Ok(Self {
+            url: parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?,
+            protocol_version: u
+                .protocol_version
+                .unwrap_or_else(|| crate::protocol::DEFAULT_LEGACY_VERSION.to_owned()),
+            timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "60s")?,
+            health_interval: nonzero_dur(
+                "upstream.health_interval",
+                u.health_interval.as_deref(),
+                "5s",
+            )?,
+            max_sse_event_bytes: size(
+                "upstream.max_sse_event",
+                u.max_sse_event.as_deref(),
+                "8MiB",
+            )?,
+            principal_header: principal_header(u.principal_header.as_deref())?,
+            default_roots: roots(u.default_roots)?,
         })
     }
 }

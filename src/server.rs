@@ -395,26 +395,38 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
     }
 }
 
-// Readiness probe until the upstream first answers, idle-session reaping, tombstone sweeping.
+// Readiness that follows the upstream (an initialize until it answers, then a TCP check every
+// `upstream.health_interval`; a failed connection anywhere turns readiness off until the next
+// initialize answers), idle-session reaping, tombstone sweeping.
 async fn background(app: Arc<App>) {
     let mut delay = Duration::from_millis(100);
-    while !app.pool.is_ready() {
-        if app.pool.probe().await {
-            tracing::info!(upstream = %app.config.upstream, "upstream answered initialize; ready");
-            break;
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(5));
-    }
     let period =
         (app.config.session_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
-    let mut tick = tokio::time::interval(period);
+    let mut reap = tokio::time::interval(period);
+    let mut health = tokio::time::interval(app.config.upstream_health_interval);
     loop {
-        tick.tick().await;
-        let closed = app.pool.reap_idle().await;
-        if closed > 0 {
-            tracing::debug!(closed, "closed idle upstream sessions");
+        if !app.pool.is_ready() {
+            if !app.pool.probe().await {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(5));
+                continue;
+            }
+            tracing::info!(upstream = %app.config.upstream, "upstream answered initialize; ready");
+            delay = Duration::from_millis(100);
         }
-        app.calls.parked.sweep();
+        tokio::select! {
+            _ = reap.tick() => {
+                let closed = app.pool.reap_idle().await;
+                if closed > 0 {
+                    tracing::debug!(closed, "closed idle upstream sessions");
+                }
+                app.calls.parked.sweep();
+            }
+            _ = health.tick() => {
+                if !app.pool.client().check_connect().await {
+                    tracing::warn!(upstream = %app.config.upstream, "upstream unreachable; not ready");
+                }
+            }
+        }
     }
 }

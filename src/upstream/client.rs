@@ -1,5 +1,7 @@
 //! The HTTP client for the one configured upstream, and how talking to it fails.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, StatusCode, Uri};
@@ -94,6 +96,8 @@ pub(crate) struct UpstreamClient {
     uri: Uri,
     timeout: Duration,
     max_event_bytes: usize,
+    /// False since a connection to the upstream failed, until one succeeds again.
+    reachable: Arc<AtomicBool>,
 }
 
 impl UpstreamClient {
@@ -110,6 +114,7 @@ impl UpstreamClient {
             uri,
             timeout,
             max_event_bytes,
+            reachable: Arc::new(AtomicBool::new(true)),
         }
     }
 
@@ -145,10 +150,34 @@ impl UpstreamClient {
         &self,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        self.http
-            .request(req)
-            .await
-            .map_err(|e| UpstreamError::Connect(e.to_string()))
+        match self.http.request(req).await {
+            Ok(resp) => {
+                self.reachable.store(true, Ordering::Relaxed);
+                Ok(resp)
+            }
+            Err(e) => {
+                if e.is_connect() {
+                    self.reachable.store(false, Ordering::Relaxed);
+                }
+                Err(UpstreamError::Connect(e.to_string()))
+            }
+        }
+    }
+
+    /// False since the last attempt to reach the upstream failed to connect.
+    pub(crate) fn is_reachable(&self) -> bool {
+        self.reachable.load(Ordering::Relaxed)
+    }
+
+    /// Opens (and closes) a TCP connection to the upstream: the cheap liveness check readiness
+    /// follows between requests. Records and returns whether it connected.
+    pub(crate) async fn check_connect(&self) -> bool {
+        let host = self.uri.host().unwrap_or("127.0.0.1");
+        let port = self.uri.port_u16().unwrap_or(80);
+        let connect = tokio::net::TcpStream::connect((host, port));
+        let ok = matches!(tokio::time::timeout(self.timeout, connect).await, Ok(Ok(_)));
+        self.reachable.store(ok, Ordering::Relaxed);
+        ok
     }
 
     /// The configured connect + response-header timeout.

@@ -120,7 +120,7 @@ impl SessionPool {
 
     /// True once any `initialize` succeeded.
     pub(crate) fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && self.client.is_reachable()
     }
 
     /// The upstream client.

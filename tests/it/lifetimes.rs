@@ -598,3 +598,29 @@ async fn a_client_leaving_during_a_stalled_initialize_frees_its_session() {
         ex.last
     );
 }
+
+#[tokio::test]
+async fn readiness_follows_the_upstream_down_and_back_up() {
+    let mock = Mock::start().await;
+    let addr = mock.addr();
+    // (Keys before the first table land in [upstream].)
+    let proxy = TestProxy::start(&mock.url(), "health_interval = \"50ms\"\n").await;
+    ready(&proxy).await;
+    drop(mock);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while proxy.get_status("/readyz").await != http::StatusCode::SERVICE_UNAVAILABLE {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still ready with the upstream gone"
+        );
+        tokio::task::yield_now().await;
+    }
+    let _back = Mock::start_at(addr).await;
+    ready(&proxy).await;
+    let ex = proxy
+        .client(json!({}))
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(ex.status, http::StatusCode::OK, "{:?}", ex.last);
+}

@@ -74,7 +74,12 @@ pub struct Mock {
 
 impl Mock {
     pub async fn start() -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_at("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Starts on `addr` (e.g. the address of a mock that was stopped, to bring "it" back).
+    pub async fn start_at(addr: std::net::SocketAddr) -> Self {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let st = Arc::clone(&state);
@@ -84,6 +89,10 @@ impl Mock {
 
     pub fn url(&self) -> String {
         format!("http://{}/mcp", self.addr)
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.addr
     }
 
     /// Sets the scripts of `tool`: the n-th call runs `scripts[n]` (the last one repeats).
