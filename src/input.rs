@@ -1,6 +1,8 @@
 //! Input requests: what the upstream may ask a client for mid-call, how a legacy server request
 //! becomes a modern embedded `inputRequests` entry, capability gating, and answer validation.
 
+use std::sync::Arc;
+
 use serde_json::{json, Map, Value};
 
 use crate::metrics::Capability;
@@ -128,6 +130,78 @@ pub(crate) fn missing_label(required: &Value) -> Capability {
     }
 }
 
+/// One key of a round as a retry must answer it: its kind and, for a form elicitation, the
+/// compiled `requestedSchema` the accepted content must match.
+#[derive(Debug, Clone)]
+pub(crate) struct Asked {
+    /// The `inputRequests` key.
+    pub(crate) key: String,
+    /// What was asked.
+    pub(crate) kind: InputKind,
+    /// The elicitation's `requestedSchema`, compiled (`None` for other kinds and for schemas
+    /// that do not compile, whose answers then pass unchecked, as before).
+    pub(crate) schema: Option<Arc<jsonschema::Validator>>,
+}
+
+impl Asked {
+    /// Checks an answer: its shape for the kind, then an accepted elicitation's content against
+    /// the requested schema.
+    ///
+    /// # Errors
+    /// A message naming what is wrong (the field and the rule, never the value given).
+    pub(crate) fn check(&self, answer: &Value) -> Result<(), String> {
+        validate_answer(self.kind, answer)?;
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        if answer.get("action").and_then(Value::as_str) != Some("accept") {
+            return Ok(());
+        }
+        let empty = json!({});
+        let content = answer.get("content").unwrap_or(&empty);
+        let violation = schema
+            .iter_errors(content)
+            .next()
+            .map(|e| schema_violation(&e));
+        violation.map_or(Ok(()), Err)
+    }
+}
+
+/// The compiled `requestedSchema` of a form elicitation. Compiled with no resolver for remote
+/// or file `$ref`s: the schema comes from the upstream, and the proxy fetches nothing for it.
+pub(crate) fn compile_schema(
+    kind: InputKind,
+    params: Option<&Value>,
+) -> Option<Arc<jsonschema::Validator>> {
+    if kind != InputKind::Elicitation {
+        return None;
+    }
+    let schema = params?.get("requestedSchema")?;
+    match jsonschema::validator_for(schema) {
+        Ok(v) => Some(Arc::new(v)),
+        Err(e) => {
+            tracing::debug!(error = %e, "the upstream's requestedSchema does not compile; answers pass unchecked");
+            None
+        }
+    }
+}
+
+// Names the field and the rule an answer broke, not the value (answers are never echoed or
+// logged).
+fn schema_violation(e: &jsonschema::ValidationError<'_>) -> String {
+    let path = e.instance_path().as_str().replace('/', ".");
+    match e.kind() {
+        jsonschema::error::ValidationErrorKind::Required { property } => {
+            let name = property.as_str().unwrap_or("a field");
+            format!("content{path}.{name} is required by the requested schema")
+        }
+        kind => format!(
+            "content{path} does not match the requested schema ({})",
+            kind.keyword()
+        ),
+    }
+}
+
 /// Validates an answer's shape for its kind.
 ///
 /// # Errors
@@ -246,6 +320,53 @@ mod tests {
         .is_ok());
         assert!(check_capability(InputKind::Roots, None, &json!({"roots":{}})).is_ok());
         assert!(check_capability(InputKind::Roots, None, &json!({"sampling":{}})).is_err());
+    }
+
+    #[test]
+    fn accepted_content_must_match_the_requested_schema() {
+        let params = json!({"message": "m", "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 1},
+                "age": {"type": "integer", "minimum": 0},
+                "color": {"type": "string", "enum": ["red", "blue"]},
+            },
+            "required": ["name"],
+        }});
+        let asked = Asked {
+            key: "elicitation-1".into(),
+            kind: InputKind::Elicitation,
+            schema: compile_schema(InputKind::Elicitation, Some(&params)),
+        };
+        let accept = |content: Value| json!({"action": "accept", "content": content});
+        assert!(asked
+            .check(&accept(json!({"name": "Ada", "age": 36})))
+            .is_ok());
+        let e = asked.check(&accept(json!({"name": 5}))).unwrap_err();
+        assert!(e.contains("content.name") && e.contains("type"), "{e}");
+        let e = asked.check(&accept(json!({"age": 3}))).unwrap_err();
+        assert!(e.contains("content.name is required"), "{e}");
+        let e = asked
+            .check(&accept(json!({"name": "Ada", "color": "green"})))
+            .unwrap_err();
+        assert!(
+            e.contains("content.color") && !e.contains("green"),
+            "never echoes the value: {e}"
+        );
+        assert!(
+            asked.check(&json!({"action": "decline"})).is_ok(),
+            "only accepted content is checked"
+        );
+        assert!(
+            asked.check(&json!({"action": "maybe"})).is_err(),
+            "the shape still is"
+        );
+        let remote = json!({"requestedSchema": {"$ref": "http://127.0.0.1:9/schema.json"}});
+        assert!(
+            compile_schema(InputKind::Elicitation, Some(&remote)).is_none(),
+            "remote references are never fetched"
+        );
+        assert!(compile_schema(InputKind::Sampling, Some(&params)).is_none());
     }
 
     #[test]

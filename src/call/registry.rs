@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::leg::Leg;
 use crate::error::ProxyError;
-use crate::input::{validate_answer, InputKind};
+use crate::input::Asked;
 use crate::state_token::{Claims, TokenError};
 
 /// A retry delivered to a parked call.
@@ -56,7 +56,7 @@ pub(crate) struct Parked {
 #[derive(Debug, Default)]
 struct Round {
     jti: Option<String>,
-    pending: Vec<(String, InputKind)>,
+    pending: Vec<Asked>,
 }
 
 /// Held by the call actor; retiring the entry when dropped, if the actor did not first.
@@ -162,9 +162,10 @@ impl ParkedCalls {
         if round.jti.as_deref() != Some(claims.token_id.as_str()) {
             return Err(TokenError::AlreadyUsed.into());
         }
-        for (key, kind) in &round.pending {
+        for asked in &round.pending {
+            let key = &asked.key;
             if let Some(answer) = answers.get(key) {
-                validate_answer(*kind, answer).map_err(|why| {
+                asked.check(answer).map_err(|why| {
                     ProxyError::InvalidParams(format!("inputResponses[\"{key}\"]: {why}"))
                 })?;
             }
@@ -185,7 +186,7 @@ impl ParkedCalls {
 
 impl ParkGuard {
     /// Publishes a new round: its single-use `jti` and the keys (with kinds) it asks for.
-    pub(crate) fn open_round(&self, jti: &str, pending: Vec<(String, InputKind)>) {
+    pub(crate) fn open_round(&self, jti: &str, pending: Vec<Asked>) {
         if let Ok(mut r) = self.entry.round.lock() {
             r.jti = Some(jti.to_owned());
             r.pending = pending;
@@ -270,7 +271,12 @@ mod tests {
         let calls = ParkedCalls::new(10, 10, Duration::from_secs(60));
         let (tx, _rx) = mpsc::channel(1);
         let guard = calls.register("h".into(), "p", "r", tx).unwrap();
-        guard.open_round("j1", vec![("elicitation-1".into(), InputKind::Elicitation)]);
+        let asked = Asked {
+            key: "elicitation-1".into(),
+            kind: crate::input::InputKind::Elicitation,
+            schema: None,
+        };
+        guard.open_round("j1", vec![asked]);
         let none = Map::new();
         let mut other = claims("h", "j1");
         other.principal = "q".into();

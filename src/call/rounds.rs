@@ -5,7 +5,9 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::input::{self, InputKind};
+use std::sync::Arc;
+
+use crate::input::{self, Asked, InputKind};
 use crate::protocol::META_SERVER_INFO;
 
 /// The server requests of one call that wait for the client, across its rounds.
@@ -34,6 +36,8 @@ struct Pending {
     /// URL-mode `elicitationId`: removed from what the client sees (2026-07-28 has none), kept
     /// to recognise the upstream's `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
+    /// The compiled `requestedSchema` an accepted answer must match.
+    schema: Option<Arc<jsonschema::Validator>>,
 }
 
 /// One round, ready to send: its number, its keys with their kinds (for answer validation) and
@@ -41,7 +45,7 @@ struct Pending {
 #[derive(Debug)]
 pub(super) struct Round {
     pub(super) number: u32,
-    pub(super) keys: Vec<(String, InputKind)>,
+    pub(super) keys: Vec<Asked>,
     pub(super) input_requests: Map<String, Value>,
 }
 
@@ -80,6 +84,7 @@ impl Rounds {
         params: Option<&Value>,
     ) -> &str {
         let (embedded, elicitation_id) = input::to_embedded(kind, params);
+        let schema = input::compile_schema(kind, params);
         self.minted += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.minted);
         self.pending.push(Pending {
@@ -88,6 +93,7 @@ impl Rounds {
             upstream_id,
             embedded,
             elicitation_id,
+            schema,
         });
         self.pending.last().map_or("", |p| p.key.as_str())
     }
@@ -124,7 +130,11 @@ impl Rounds {
             keys: self
                 .pending
                 .iter()
-                .map(|p| (p.key.clone(), p.kind))
+                .map(|p| Asked {
+                    key: p.key.clone(),
+                    kind: p.kind,
+                    schema: p.schema.clone(),
+                })
                 .collect(),
             input_requests: self
                 .pending
@@ -229,10 +239,8 @@ mod tests {
             round.input_requests["roots-3"],
             json!({"method": "roots/list"})
         );
-        assert_eq!(
-            round.keys[1],
-            ("sampling-2".to_owned(), InputKind::Sampling)
-        );
+        assert_eq!(round.keys[1].key, "sampling-2");
+        assert_eq!(round.keys[1].kind, InputKind::Sampling);
     }
 
     #[test]

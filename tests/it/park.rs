@@ -523,3 +523,46 @@ async fn duplicate_upstream_ids_are_asked_once_and_requests_past_the_bound_are_r
     assert_eq!(ex.result()["resultType"], "complete", "{:?}", ex.last);
     assert_eq!(mock.answers_to(1).len(), 1, "one answer for id 1, not two");
 }
+
+#[tokio::test]
+async fn an_answer_that_breaks_the_requested_schema_is_refused_naming_the_field_and_the_call_stays_parked(
+) {
+    let mock = Mock::start().await;
+    // `elicit` asks for {name: string}; make it required.
+    mock.script(
+        "strict",
+        vec![vec![
+            Step::Send(
+                json!({"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{"message":"name?","requestedSchema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}}),
+            ),
+            Step::Await(1),
+            done(),
+        ]],
+    );
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "strict", json!({})).await;
+    for (content, field) in [
+        (json!({"name": 5}), "content.name"),
+        (json!({}), "content.name is required"),
+    ] {
+        let bad = json!({"elicitation-1": {"action": "accept", "content": content}});
+        let ex = retry(&c, "strict", json!({}), bad, &state).await;
+        assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
+        let e = error_of(&ex);
+        assert_eq!(e["code"], -32602);
+        let msg = e["message"].as_str().unwrap();
+        assert!(
+            msg.contains("elicitation-1") && msg.contains(field),
+            "{msg}"
+        );
+    }
+    assert!(
+        mock.answers_to(1).is_empty(),
+        "nothing invalid reached the upstream"
+    );
+    // The same token still works with a valid answer.
+    let ex = accept_as(&c, "strict", "elicitation-1", "Ada", &state).await;
+    assert_eq!(ex.result()["resultType"], "complete", "{:?}", ex.last);
+    assert_eq!(mock.answers_to(1).len(), 1);
+}
