@@ -73,7 +73,12 @@ impl App {
                 config.max_parked_per_principal,
                 config.state_ttl,
             ),
-            tokens: TokenCodec::new(&secret, issuer, config.state_ttl),
+            tokens: TokenCodec::new(
+                &secret,
+                &config.state_verify_secrets,
+                issuer,
+                config.state_ttl,
+            ),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),

@@ -154,6 +154,11 @@ pub struct Config {
     pub state_secret: Option<Secret>,
     /// File holding the signing secret (e.g. a mounted Kubernetes Secret), read at start-up.
     pub state_secret_file: Option<std::path::PathBuf>,
+    /// Keys accepted for verification only (being rotated out), filled from
+    /// `state_verify_secret_files` by `main.rs`.
+    pub state_verify_secrets: Vec<Secret>,
+    /// Files holding verification-only keys, read at start-up.
+    pub state_verify_secret_files: Vec<std::path::PathBuf>,
     /// Issuer id of this instance, put in every token.
     pub instance_id: Option<String>,
     /// Window during which server requests arriving together are batched into one round.
@@ -276,6 +281,8 @@ pub struct RawState {
     pub secret: Option<String>,
     /// `secret_file`
     pub secret_file: Option<String>,
+    /// `verify_secret_files`
+    pub verify_secret_files: Vec<String>,
     /// `instance_id`
     pub instance_id: Option<String>,
     /// `gather_window`
@@ -363,6 +370,12 @@ impl Config {
             state_ttl,
             state_secret,
             state_secret_file: st.secret_file.map(std::path::PathBuf::from),
+            state_verify_secrets: Vec::new(),
+            state_verify_secret_files: st
+                .verify_secret_files
+                .into_iter()
+                .map(std::path::PathBuf::from)
+                .collect(),
             instance_id: st.instance_id,
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
             max_parked: pool.max_parked,

@@ -295,6 +295,7 @@ fn rejection(e: &ProxyError) -> TokenRejection {
         ProxyError::State(TokenError::WrongRequest) => TokenRejection::WrongRequest,
         ProxyError::State(TokenError::AlreadyUsed) => TokenRejection::AlreadyUsed,
         ProxyError::State(TokenError::Gone(_)) => TokenRejection::Gone,
+        ProxyError::State(TokenError::NotYetValid) => TokenRejection::NotYetValid,
         _ => TokenRejection::Malformed,
     }
 }

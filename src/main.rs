@@ -125,5 +125,16 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
             Secret::from_file_text(&text).map_err(|e| format!("MRTR_STATE_SECRET: {e}"))?;
         c.state_secret = c.state_secret.or(Some(secret));
     }
+    for path in &c.state_verify_secret_files {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "state.verify_secret_files: cannot read {}: {e}",
+                path.display()
+            )
+        })?;
+        let key = Secret::from_file_text(&text)
+            .map_err(|e| format!("state.verify_secret_files ({}): {e}", path.display()))?;
+        c.state_verify_secrets.push(key);
+    }
     Ok(c)
 }

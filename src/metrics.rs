@@ -96,6 +96,7 @@ label_values! {
         WrongPrincipal => "wrong_principal",
         WrongRequest => "wrong_request",
         AlreadyUsed => "already_used",
+        NotYetValid => "not_yet_valid",
         Gone => "gone",
         /// `requestState` not a string, `inputResponses` not an object, or answers of the wrong shape.
         Malformed => "malformed",

@@ -1,5 +1,8 @@
 //! `requestState` tokens: compact HS256 JWTs naming a parked call, bound to a principal, a request
-//! and a round, with an expiry and a single-use id.
+//! and a round, with an expiry and a single-use id. Every token names its key (`kid`, derived from
+//! the key itself, so replicas sharing a key agree on it with nothing to configure); the codec
+//! signs with one active key and verifies with it and any verification-only keys, so a key can
+//! rotate without failing a round in flight.
 //!
 //! This module signs and verifies; it does not know whether a call is still parked or whether a
 //! `jti` was used — the parked-call registry checks those.
@@ -61,6 +64,9 @@ pub(crate) enum TokenError {
     /// This token's round was already answered.
     #[error("requestState was already used")]
     AlreadyUsed,
+    /// Issued in the future (beyond the allowed clock skew).
+    #[error("requestState is not valid yet")]
+    NotYetValid,
     /// The parked call behind it is gone.
     #[error("requestState refers to a call that is no longer parked: {0}")]
     Gone(String),
@@ -68,8 +74,10 @@ pub(crate) enum TokenError {
 
 /// Signs and verifies requestState tokens.
 pub(crate) struct TokenCodec {
-    encoding: EncodingKey,
-    decoding: DecodingKey,
+    /// The active key: every new token is signed with it.
+    signing: (String, EncodingKey),
+    /// Every key a token may name (`kid` → key): the active one and the verification-only ones.
+    verifying: Vec<(String, DecodingKey)>,
     issuer: String,
     ttl: Duration,
     /// Wall time at construction, and tokio's clock at the same moment: `now()` is the first
@@ -78,9 +86,19 @@ pub(crate) struct TokenCodec {
     anchor: (SystemTime, tokio::time::Instant),
 }
 
+/// Longest requestState accepted: anything longer is refused before it is parsed.
+pub(crate) const MAX_TOKEN_BYTES: usize = 4096;
+/// How far in the future a token's `iat` may be (clocks of replicas differ a little).
+const CLOCK_SKEW: Duration = Duration::from_secs(60);
+
 impl std::fmt::Debug for TokenCodec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenCodec")
+            .field("signing_kid", &self.signing.0)
+            .field(
+                "kids",
+                &self.verifying.iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            )
             .field("issuer", &self.issuer)
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
@@ -88,11 +106,22 @@ impl std::fmt::Debug for TokenCodec {
 }
 
 impl TokenCodec {
-    /// A codec for `secret`, issuing as `issuer`, tokens living `ttl`.
-    pub(crate) fn new(secret: &Secret, issuer: String, ttl: Duration) -> Self {
+    /// A codec signing with `active` and also accepting tokens of `verify_only` keys (the keys
+    /// being rotated out), issuing as `issuer`, tokens living `ttl`.
+    pub(crate) fn new(
+        active: &Secret,
+        verify_only: &[Secret],
+        issuer: String,
+        ttl: Duration,
+    ) -> Self {
+        let signing = (kid_of(active), EncodingKey::from_secret(active.expose()));
+        let verifying = std::iter::once(active)
+            .chain(verify_only)
+            .map(|k| (kid_of(k), DecodingKey::from_secret(k.expose())))
+            .collect();
         Self {
-            encoding: EncodingKey::from_secret(secret.expose()),
-            decoding: DecodingKey::from_secret(secret.expose()),
+            signing,
+            verifying,
             issuer,
             ttl,
             anchor: (SystemTime::now(), tokio::time::Instant::now()),
@@ -136,13 +165,17 @@ impl TokenCodec {
     /// # Errors
     /// Only if serialisation fails, which it does not for these claims.
     pub(crate) fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
-        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.encoding)
+        let mut header = Header::new(Algorithm::HS256);
+        header.kid = Some(self.signing.0.clone());
+        jsonwebtoken::encode(&header, claims, &self.signing.1)
     }
 
-    /// Verifies signature, algorithm (HS256 only), issuer, expiry at `now`, principal and request.
+    /// Verifies size, key (`kid`), signature, algorithm (HS256 only), issuer, issue time and
+    /// lifetime, expiry at `now`, principal and request.
     ///
     /// # Errors
-    /// The [`TokenError`] saying which check failed; the signature is checked before anything else.
+    /// The [`TokenError`] saying which check failed; nothing of the payload is trusted before the
+    /// signature is checked.
     pub(crate) fn verify(
         &self,
         token: &str,
@@ -150,18 +183,50 @@ impl TokenCodec {
         request: &str,
         now: SystemTime,
     ) -> Result<Claims, TokenError> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(TokenError::Invalid);
+        }
+        let kid = jsonwebtoken::decode_header(token)
+            .ok()
+            .and_then(|h| h.kid)
+            .ok_or(TokenError::Invalid)?;
+        let key = self
+            .verifying
+            .iter()
+            .find(|(k, _)| *k == kid)
+            .map(|(_, key)| key)
+            .ok_or(TokenError::Invalid)?;
         let mut v = Validation::new(Algorithm::HS256);
-        // Expiry is checked below against the caller's clock so tests can move time.
+        // Time is checked below against the caller's clock so tests can move it.
         v.validate_exp = false;
         v.required_spec_claims.clear();
         v.leeway = 0;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.decoding, &v)
-            .map_err(|_| TokenError::Invalid)?;
-        let c = data.claims;
-        if c.issuer != self.issuer {
+        let c = jsonwebtoken::decode::<Claims>(token, key, &v)
+            .map_err(|_| TokenError::Invalid)?
+            .claims;
+        self.check_claims(&c, principal, request, unix(now))?;
+        Ok(c)
+    }
+
+    fn check_claims(
+        &self,
+        c: &Claims,
+        principal: &str,
+        request: &str,
+        now: u64,
+    ) -> Result<(), TokenError> {
+        let skew = CLOCK_SKEW.as_secs();
+        if c.issuer != self.issuer || c.expires_at < c.issued_at {
             return Err(TokenError::Invalid);
         }
-        if unix(now) >= c.expires_at {
+        // A lifetime longer than this proxy issues is not one of its tokens.
+        if c.expires_at - c.issued_at > self.ttl.as_secs().max(1) + skew {
+            return Err(TokenError::Invalid);
+        }
+        if c.issued_at > now + skew {
+            return Err(TokenError::NotYetValid);
+        }
+        if now >= c.expires_at {
             return Err(TokenError::Expired);
         }
         if c.principal != principal {
@@ -170,8 +235,17 @@ impl TokenCodec {
         if c.request != request {
             return Err(TokenError::WrongRequest);
         }
-        Ok(c)
+        Ok(())
     }
+}
+
+/// The `kid` of a key: derived from it (a digest, never the key), so replicas that share a key
+/// agree on its id with nothing to configure.
+pub(crate) fn kid_of(key: &Secret) -> String {
+    let mut h = Sha256::new();
+    h.update(b"mrtr-proxy kid\0");
+    h.update(key.expose());
+    hex(&h.finalize()[..8])
 }
 
 /// Seconds since the epoch (0 before it).
@@ -242,6 +316,7 @@ mod tests {
     fn codec(secret: &str) -> TokenCodec {
         TokenCodec::new(
             &Secret::new(secret.into()),
+            &[],
             "proxy-a".into(),
             Duration::from_secs(60),
         )
@@ -322,12 +397,78 @@ mod tests {
         let a = codec(KEY);
         let b = TokenCodec::new(
             &Secret::new(KEY.into()),
+            &[],
             "proxy-b".into(),
             Duration::from_secs(60),
         );
         let now = SystemTime::now();
         let tok = b.sign(&b.claims("h1", "p", "r", 1, now)).unwrap();
         assert_eq!(a.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
+    }
+
+    const OLD: &str = "an-old-key-being-rotated-out-0123456789";
+
+    #[test]
+    fn tokens_name_their_key_and_verify_across_a_rotation() {
+        let now = SystemTime::now();
+        let old = codec(OLD);
+        let tok = old.sign(&old.claims("h1", "p", "r", 1, now)).unwrap();
+        let kid = jsonwebtoken::decode_header(&tok).unwrap().kid.unwrap();
+        assert_eq!(kid, kid_of(&Secret::new(OLD.into())));
+        assert!(!kid.contains("old-key"), "the kid is a digest, not the key");
+        // The new active key, the old one kept for verification: the old round still verifies.
+        let rotated = TokenCodec::new(
+            &Secret::new(KEY.into()),
+            &[Secret::new(OLD.into())],
+            "proxy-a".into(),
+            Duration::from_secs(60),
+        );
+        assert!(rotated.verify(&tok, "p", "r", now).is_ok());
+        let fresh = rotated
+            .sign(&rotated.claims("h2", "p", "r", 1, now))
+            .unwrap();
+        assert_ne!(
+            jsonwebtoken::decode_header(&fresh).unwrap().kid.unwrap(),
+            kid
+        );
+        // Once the old key is dropped, its tokens are refused.
+        assert_eq!(
+            codec(KEY).verify(&tok, "p", "r", now),
+            Err(TokenError::Invalid)
+        );
+    }
+
+    #[test]
+    fn a_token_without_a_known_kid_is_refused() {
+        let c = codec(KEY);
+        let now = SystemTime::now();
+        let claims = c.claims("h1", "p", "r", 1, now);
+        let enc = EncodingKey::from_secret(KEY.as_bytes());
+        let no_kid = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &enc).unwrap();
+        assert_eq!(c.verify(&no_kid, "p", "r", now), Err(TokenError::Invalid));
+        let mut h = Header::new(Algorithm::HS256);
+        h.kid = Some("0000000000000000".into());
+        let other_kid = jsonwebtoken::encode(&h, &claims, &enc).unwrap();
+        assert_eq!(
+            c.verify(&other_kid, "p", "r", now),
+            Err(TokenError::Invalid)
+        );
+    }
+
+    #[test]
+    fn oversized_future_and_overlong_tokens_are_refused() {
+        let c = codec(KEY);
+        let now = SystemTime::now();
+        let huge = "x".repeat(MAX_TOKEN_BYTES + 1);
+        assert_eq!(c.verify(&huge, "p", "r", now), Err(TokenError::Invalid));
+        // Properly signed by the right key, but issued in the future or living too long.
+        let mut future = c.claims("h1", "p", "r", 1, now + Duration::from_secs(3600));
+        let tok = c.sign(&future).unwrap();
+        assert_eq!(c.verify(&tok, "p", "r", now), Err(TokenError::NotYetValid));
+        future = c.claims("h1", "p", "r", 1, now);
+        future.expires_at += 24 * 3600;
+        let tok = c.sign(&future).unwrap();
+        assert_eq!(c.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
     }
 
     #[test]

@@ -263,6 +263,14 @@ fn the_signing_key_comes_from_a_file_or_the_environment_and_is_checked() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let verify = format!("[state]\nverify_secret_files = [\"{}\"]\n", short.display());
+    let out = run(verify, None);
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a short verification key is refused too"
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("state.verify_secret_files"));
     let both = format!(
         "[state]\nsecret = \"0123456789abcdef0123456789abcdef\"\nsecret_file = \"{}\"\n",
         short.display()
