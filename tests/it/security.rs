@@ -35,7 +35,6 @@ async fn rejected(
     state: &str,
 ) -> String {
     let ex = retry(c, name, args, answers(), state).await;
-    eprintln!("EX {:?} {:?}", ex.status, ex.last);
     assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
     let e = error_of(&ex);
     assert_eq!(e["code"], -32602);
@@ -277,4 +276,76 @@ async fn an_upstream_refusing_an_oversized_credential_is_the_clients_error_not_a
     let ex = c.request("tools/list", json!({})).await.unwrap();
     assert_eq!(ex.status, http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
     assert_eq!(ex.last["error"]["code"], -32600, "{:?}", ex.last);
+}
+
+#[tokio::test]
+async fn the_same_retry_sent_twenty_times_at_once_completes_exactly_once() {
+    let mock = Mock::start().await;
+    script(&mock);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let retries = (0..20).map(|_| {
+        let c = c.clone();
+        let state = state.clone();
+        tokio::spawn(async move { retry(&c, "ask", json!({}), answers(), &state).await })
+    });
+    let mut complete = 0;
+    for r in futures_join(retries).await {
+        if r.result()["resultType"] == "complete" {
+            complete += 1;
+        } else {
+            assert_eq!(error_of(&r)["code"], -32602, "{:?}", r.last);
+        }
+    }
+    assert_eq!(complete, 1, "exactly one retry completes");
+    assert_eq!(mock.answers_to(1).len(), 1, "the upstream got one answer");
+}
+
+async fn futures_join<T>(handles: impl Iterator<Item = tokio::task::JoinHandle<T>>) -> Vec<T> {
+    let mut out = Vec::new();
+    for h in handles.collect::<Vec<_>>() {
+        out.push(h.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_token_moved_to_another_method_is_refused() {
+    let mock = Mock::start().await;
+    script(&mock);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let moved = json!({"name": "ask", "inputResponses": answers(), "requestState": state});
+    let ex = c.request("prompts/get", moved).await.unwrap();
+    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
+    let e = error_of(&ex);
+    assert_eq!(e["code"], -32602);
+    assert!(
+        e["message"].as_str().unwrap().contains("different request"),
+        "{e}"
+    );
+    assert!(mock.answers_to(1).is_empty());
+}
+
+#[tokio::test]
+async fn a_deeply_nested_body_is_refused_and_the_proxy_stays_healthy() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let depth = 100_000;
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"x":{}{}}}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let ex = c
+        .send_raw(body.into(), &[("mcp-method".into(), "tools/list".into())])
+        .await
+        .unwrap();
+    assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
+    assert_eq!(error_of(&ex)["code"], -32700);
+    let ok = c.request("tools/list", json!({})).await.unwrap();
+    assert_eq!(ok.status, http::StatusCode::OK, "{:?}", ok.last);
 }
