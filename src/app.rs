@@ -37,21 +37,7 @@ pub struct App {
 impl App {
     /// Builds the state from a config. Generates a signing key when none is configured.
     pub fn new(config: Config) -> Arc<Self> {
-        let client = UpstreamClient::new(
-            config.upstream.clone(),
-            config.upstream_timeout,
-            config.max_sse_event_bytes,
-        );
-        let pool = SessionPool::new(
-            client,
-            PoolConfig {
-                max_sessions: config.max_sessions,
-                idle_timeout: config.session_idle,
-                acquire_timeout: config.session_acquire_timeout,
-                protocol_version: config.upstream_protocol_version.clone(),
-                default_roots: Arc::new(config.default_roots.clone()),
-            },
-        );
+        let pool = session_pool(&config);
         let secret = match &config.state_secret {
             Some(s) => s.clone(),
             None => {
@@ -139,4 +125,24 @@ impl App {
     pub async fn probe_upstream(&self) -> bool {
         self.pool.probe().await
     }
+}
+
+// The legacy session pool (and its HTTP client) the config describes.
+fn session_pool(config: &Config) -> Arc<SessionPool> {
+    let client = UpstreamClient::new(
+        config.upstream.clone(),
+        config.upstream_timeout,
+        config.max_sse_event_bytes,
+        config.upstream_max_idle_connections,
+    );
+    SessionPool::new(
+        client,
+        PoolConfig {
+            max_sessions: config.max_sessions,
+            idle_timeout: config.session_idle,
+            acquire_timeout: config.session_acquire_timeout,
+            protocol_version: config.upstream_protocol_version.clone(),
+            default_roots: Arc::new(config.default_roots.clone()),
+        },
+    )
 }

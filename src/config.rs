@@ -135,6 +135,8 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// How often readiness checks that the upstream still accepts connections.
     pub upstream_health_interval: Duration,
+    /// Idle connections to the upstream kept for reuse (more are closed).
+    pub upstream_max_idle_connections: usize,
     /// Largest accepted SSE event from the upstream.
     pub max_sse_event_bytes: usize,
     /// Request header that identifies the principal (lowercase); forwarded upstream unchanged.
@@ -251,6 +253,8 @@ pub struct RawUpstream {
     pub timeout: Option<String>,
     /// `health_interval`
     pub health_interval: Option<String>,
+    /// `max_idle_connections`
+    pub max_idle_connections: Option<usize>,
     /// `max_sse_event`
     pub max_sse_event: Option<String>,
     /// `principal_header`
@@ -361,6 +365,7 @@ impl Config {
             upstream_protocol_version: up.protocol_version,
             upstream_timeout: up.timeout,
             upstream_health_interval: up.health_interval,
+            upstream_max_idle_connections: up.max_idle_connections,
             max_sse_event_bytes: up.max_sse_event_bytes,
             principal_header: up.principal_header,
             default_roots: up.default_roots,
@@ -458,6 +463,7 @@ struct UpstreamSettings {
     protocol_version: String,
     timeout: Duration,
     health_interval: Duration,
+    max_idle_connections: usize,
     max_sse_event_bytes: usize,
     principal_header: http::HeaderName,
     default_roots: Vec<serde_json::Value>,
@@ -476,6 +482,7 @@ impl UpstreamSettings {
                 u.health_interval.as_deref(),
                 "5s",
             )?,
+            max_idle_connections: u.max_idle_connections.unwrap_or(64),
             max_sse_event_bytes: size(
                 "upstream.max_sse_event",
                 u.max_sse_event.as_deref(),

@@ -101,13 +101,21 @@ pub(crate) struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// A client for `uri`.
-    pub(crate) fn new(uri: Uri, timeout: Duration, max_event_bytes: usize) -> Self {
+    /// A client for `uri`, keeping at most `max_idle` idle connections to it.
+    pub(crate) fn new(
+        uri: Uri,
+        timeout: Duration,
+        max_event_bytes: usize,
+        max_idle: usize,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(timeout));
         connector.set_nodelay(true);
         let http = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
+            // Unbounded, every session ever closed left its connection here for 30 s: thousands
+            // of expired calls kept their buffers (and file descriptors) after they were gone.
+            .pool_max_idle_per_host(max_idle)
             .build(connector);
         Self {
             http,
