@@ -12,6 +12,12 @@ use mrtr_proxy::{demo, healthcheck, shutdown, telemetry};
 // Config errors exit with EX_USAGE so supervisors can tell them from crashes.
 const EXIT_CONFIG: u8 = 64;
 
+// mimalloc gives freed memory back to the system. `cargo bench --bench parked_memory` (3 000
+// parked calls, three cycles): with the system allocator the RSS after expiry never came down
+// and grew (237 → 281 → 292 MB); with mimalloc it comes back (205 → 144 → 140 MB).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
