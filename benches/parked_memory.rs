@@ -11,13 +11,14 @@
     reason = "a benchmark reports on stdout and fails loudly"
 )]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use mrtr_proxy::demo::client::ModernClient;
 use mrtr_proxy::demo::upstream::DemoUpstream;
 use serde_json::json;
+use support::{rss_kib, spawn_proxy, ProxyProcess};
+
+mod support;
 
 const CALLS: usize = 3000;
 const CYCLES: usize = 3;
@@ -35,7 +36,7 @@ fn main() {
 
 async fn run() {
     let up = DemoUpstream::start().await.expect("demo upstream");
-    let (mut proxy, url) = spawn_proxy(&up.url());
+    let (proxy, url) = spawn_memory_proxy(&up.url());
     let client = ModernClient::new(url.clone(), json!({"elicitation": {"form": {}}}));
     let metrics = url.trim_end_matches("/mcp").to_owned() + "/metrics";
     let start = rss_kib(proxy.id());
@@ -67,7 +68,7 @@ async fn run() {
         let per = (peak.saturating_sub(start) as f64) * 1024.0 / at_peak.max(1) as f64;
         println!("cycle {cycle}: {at_peak} parked: {peak} KiB (~{per:.0} B per call); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)");
     }
-    let _ = proxy.kill();
+    drop(proxy);
 }
 
 async fn parked(metrics: &str) -> u64 {
@@ -91,46 +92,10 @@ async fn gauge(metrics: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn_proxy(upstream: &str) -> (Child, String) {
-    let config = std::env::temp_dir().join(format!("mrtr-mem-{}.toml", std::process::id()));
-    let text = format!(
+fn spawn_memory_proxy(upstream: &str) -> (ProxyProcess, String) {
+    let config = format!(
         "[pool]\nmax_sessions = {n}\n[state]\nttl = \"60s\"\nmax_parked = {n}\nmax_parked_per_principal = {n}\n",
         n = CALLS + 16
     );
-    std::fs::write(&config, text).expect("bench config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-proxy"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            upstream,
-            "--config",
-        ])
-        .arg(&config)
-        .env("RUST_LOG", "error")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn proxy");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let line = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.contains("listening on"))
-        .expect("listening line");
-    std::thread::spawn(move || for _ in lines {});
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("url")
-        .to_owned();
-    (child, url)
-}
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .expect("proc status")
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
+    spawn_proxy(upstream, "mem", &config)
 }

@@ -15,8 +15,6 @@
     clippy::unwrap_used,
     reason = "a benchmark reports on stdout and fails loudly"
 )]
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -29,6 +27,9 @@ use mrtr_proxy::demo::client::ModernClient;
 use mrtr_proxy::demo::upstream::DemoUpstream;
 use mrtr_proxy::sse::SseDecoder;
 use serde_json::{json, Value};
+use support::{rss_kib, spawn_proxy, ProxyProcess};
+
+mod support;
 
 const ITERATIONS: usize = 300;
 const WARMUP: usize = 30;
@@ -45,7 +46,7 @@ fn main() {
 
 async fn run() {
     let up = DemoUpstream::start().await.expect("demo upstream");
-    let (proxy, url) = spawn_proxy(&up.url());
+    let (proxy, url) = spawn_bench_proxy(&up.url());
     let modern = ModernClient::new(url.clone(), json!({"elicitation":{"form":{}}}));
     let legacy = Legacy::connect(&up.url()).await;
 
@@ -82,7 +83,7 @@ async fn run() {
         ms(median(&proxied_plain)) - ms(median(&direct_plain))
     );
 
-    let before = rss_kib(proxy.0.id());
+    let before = rss_kib(proxy.id());
     let mut states = Vec::with_capacity(PARKED);
     for _ in 0..PARKED {
         let ex = modern
@@ -96,22 +97,12 @@ async fn run() {
                 .to_owned(),
         );
     }
-    let after = rss_kib(proxy.0.id());
+    let after = rss_kib(proxy.id());
     let per = (after.saturating_sub(before) as f64) * 1024.0 / PARKED as f64;
     println!("memory: {PARKED} parked calls: proxy RSS {before} KiB -> {after} KiB, ~{per:.0} bytes per parked call");
     println!(
         "  (includes the upstream session each parked call leases: its GET stream and connection)"
     );
-}
-
-/// The proxy process, killed however the benchmark ends.
-struct ProxyProcess(Child);
-
-impl Drop for ProxyProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 async fn modern_round(c: &ModernClient) {
@@ -161,54 +152,15 @@ fn report(label: &str, v: &[Duration]) {
     );
 }
 
-fn spawn_proxy(upstream: &str) -> (ProxyProcess, String) {
+fn spawn_bench_proxy(upstream: &str) -> (ProxyProcess, String) {
     // Every parked call holds an upstream session: room for PARKED of them, one principal.
-    let config = std::env::temp_dir().join(format!("mrtr-bench-{}.toml", std::process::id()));
-    let text = format!(
+    let config = format!(
         "[pool]\nmax_sessions = {n}\n[state]\nmax_parked = {n}\nmax_parked_per_principal = {n}\n",
         n = PARKED + 16
     );
-    std::fs::write(&config, text).expect("bench config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-proxy"))
-        .args([
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream",
-            upstream,
-            "--config",
-        ])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn proxy");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let line = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.contains("listening on"))
-        .expect("listening line");
-    // Keep draining stderr so the proxy never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    let url = line
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
-        .expect("url")
-        .to_owned();
-    (ProxyProcess(child), url)
+    spawn_proxy(upstream, "bench", &config)
 }
 
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A minimal legacy client for the direct baseline.
 struct Legacy {
     http: Client<HttpConnector, Body>,
     url: String,
