@@ -33,6 +33,9 @@ mod validate;
 pub(crate) use relay::relay_same_path;
 use validate::{ModernRequest, Route};
 
+/// Longest JSON-RPC id recorded in the request span (longer ones are left out).
+const MAX_LOGGED_ID_BYTES: usize = 64;
+
 /// Who is asking: the digest that keys sessions and binds tokens, and the header forwarded
 /// upstream on the principal's sessions.
 struct Principal {
@@ -160,7 +163,11 @@ async fn modern(
     let span = tracing::Span::current();
     span.record("rpc.method", msg.method());
     let id = msg.id.clone();
-    if let Some(id) = &id {
+    // Client-chosen: a huge id must not end up in every log line of its request.
+    if let Some(id) = id
+        .as_ref()
+        .filter(|id| id.get().len() <= MAX_LOGGED_ID_BYTES)
+    {
         span.record("rpc.id", id.get());
     }
     let request = match validate::validate(headers, msg) {
