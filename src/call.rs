@@ -19,7 +19,8 @@
 //! none open. A server request that comes while parked joins the next round; a final result that
 //! comes while parked is held for the next retry. On every way to `Done` the registry entry is
 //! retired and the lease released (closed, not reused, if the upstream call may still run).
-//! This file runs the call; `park` turns server requests into rounds and takes retries, `rounds`
+//! This file runs the call; `send` sends it upstream on a leased session, `notify` relays what
+//! the upstream notifies, `park` turns server requests into rounds and takes retries, `rounds`
 //! keeps the pending server requests (pure), `registry` the parked calls, `leg` the client
 //! exchange, `end` every way a call ends.
 
@@ -43,13 +44,15 @@ use crate::metrics::Metrics;
 use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
 use crate::rewrite::{self, RewriteCtx};
 use crate::state_token::TokenCodec;
-use crate::upstream::{Lease, MessageStream, ResponseStream, Session, SessionPool, UpstreamError};
+use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError};
 
 mod end;
 mod leg;
+mod notify;
 mod park;
 mod registry;
 mod rounds;
+mod send;
 
 pub(crate) use leg::{Leg, LegEvent, Outcome};
 use registry::ParkGuard;
@@ -206,15 +209,6 @@ enum Event {
     Shutdown,
 }
 
-/// How the wait for a request's response headers ended.
-enum BeforeHeaders {
-    Arrived(Result<MessageStream, UpstreamError>),
-    /// The upstream asked for input on the GET stream first (a JSON-mode upstream sends headers
-    /// only when done).
-    AskedFirst(Bytes),
-    ClientLeft,
-}
-
 impl Call {
     async fn run(mut self) {
         if let Err(e) = self.send_request().await {
@@ -305,81 +299,6 @@ impl Call {
             () = or_pending(gather.map(tokio::time::sleep_until)) => Event::GatherOver,
             () = or_pending(deadline.map(tokio::time::sleep_until)) => Event::Expired,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
-        }
-    }
-
-    /// Sends the call upstream (again, after a -32042), on the leased session; a session the
-    /// upstream forgot before seeing the request is replaced once.
-    async fn send_request(&mut self) -> Result<(), ProxyError> {
-        for attempt in 0..2 {
-            let Some(session) = self.leased_session().await? else {
-                self.phase = Phase::Done;
-                return Ok(());
-            };
-            let (id, headers) =
-                session.start_request(&self.spec.method, &self.spec.upstream_params);
-            let mut headers = Box::pin(headers);
-            let stream = match self.wait_for_headers(&mut headers).await {
-                BeforeHeaders::Arrived(Ok(stream)) => ResponseStream::Ready(stream),
-                BeforeHeaders::Arrived(Err(UpstreamError::SessionGone)) if attempt == 0 => {
-                    if let Some(mut lease) = self.lease.take() {
-                        lease.poison();
-                    }
-                    continue;
-                }
-                BeforeHeaders::Arrived(Err(e)) => return Err(e.into()),
-                // The upstream has the request; keep waiting for the headers in the event loop,
-                // next to everything else.
-                BeforeHeaders::AskedFirst(first) => {
-                    self.early_inbox = Some(first);
-                    ResponseStream::Pending(headers)
-                }
-                BeforeHeaders::ClientLeft => ResponseStream::Pending(headers),
-            };
-            self.upstream = Upstream::InFlight { id, stream };
-            return Ok(());
-        }
-        Err(UpstreamError::SessionGone.into())
-    }
-
-    // The leased session, leasing one first if needed. `None`: the client left meanwhile (a
-    // handshake it no longer waits for is abandoned, and its pool permit with it).
-    async fn leased_session(&mut self) -> Result<Option<Arc<Session>>, ProxyError> {
-        if let Some(lease) = &self.lease {
-            return Ok(Some(Arc::clone(lease.session())));
-        }
-        let spec = &self.spec;
-        let leasing = self
-            .ctx
-            .pool
-            .lease(&spec.principal, &spec.capabilities, spec.auth.clone());
-        let lease = tokio::select! {
-            lease = leasing => lease?,
-            () = or_pending(self.phase.leg().map(Leg::closed)) => return Ok(None),
-        };
-        let session = Arc::clone(lease.session());
-        session.set_inbox(Some(self.inbox_tx.clone()));
-        self.lease = Some(lease);
-        Ok(Some(session))
-    }
-
-    async fn wait_for_headers(
-        &mut self,
-        headers: &mut (impl Future<Output = Result<MessageStream, UpstreamError>> + Unpin),
-    ) -> BeforeHeaders {
-        let Self {
-            ctx,
-            phase,
-            inbox_rx,
-            ..
-        } = self;
-        let timeout = ctx.pool.client().timeout();
-        let leg = phase.leg();
-        tokio::select! {
-            r = headers => BeforeHeaders::Arrived(r),
-            () = tokio::time::sleep(timeout) => BeforeHeaders::Arrived(Err(UpstreamError::Timeout)),
-            Some(b) = inbox_rx.recv() => BeforeHeaders::AskedFirst(b),
-            () = or_pending(leg.map(Leg::closed)) => BeforeHeaders::ClientLeft,
         }
     }
 
@@ -493,95 +412,15 @@ impl Call {
         }
     }
 
-    async fn on_notification(&mut self, msg: &Message) {
-        match msg.method() {
-            "notifications/progress" => {
-                if let Some(leg) = self.phase.leg() {
-                    relay_progress(leg, msg).await;
-                }
-            }
-            "notifications/message" => {
-                if let Some(leg) = self.phase.leg() {
-                    relay_log(leg, msg).await;
-                }
-            }
-            // URL-mode completion is a legacy-only notification: consumed here, never relayed.
-            "notifications/elicitation/complete" => {
-                let params = msg.params_value().unwrap_or_default();
-                let id = params.get("elicitationId").and_then(Value::as_str);
-                let known = id.is_some_and(|id| self.rounds.is_pending_url(id));
-                tracing::debug!(known, "upstream reported a URL elicitation complete");
-            }
-            // The upstream gave up on one of its own requests (TS SDK: after 60 s).
-            "notifications/cancelled" => {
-                let params = msg.params_value().unwrap_or_default();
-                if let Some(rid) = params.get("requestId") {
-                    self.rounds.forget(&rid.to_string());
-                }
-            }
-            _ => {}
-        }
-    }
-
     fn session(&self) -> Option<Arc<Session>> {
         self.lease.as_ref().map(|l| Arc::clone(l.session()))
     }
 }
 
-// Progress goes to the open exchange under *its* token: a retry may carry another token
-// than the one the upstream knows.
-async fn relay_progress(leg: &Leg, msg: &Message) {
-    let Some(token) = &leg.progress_token else {
-        return;
-    };
-    let Ok(Value::Object(mut params)) = msg.params_value() else {
-        return;
-    };
-    params.insert("progressToken".into(), token.clone());
-    leg.notify(jsonrpc::notification_bytes(
-        msg.method(),
-        &Value::Object(params),
-    ))
-    .await;
-}
-
-// Log messages go to the open exchange only when it asked for a level, at or above it.
-async fn relay_log(leg: &Leg, msg: &Message) {
-    let Some(threshold) = leg.log_level.as_deref() else {
-        return;
-    };
-    let Ok(params) = msg.params_value() else {
-        return;
-    };
-    let level = params
-        .get("level")
-        .and_then(Value::as_str)
-        .unwrap_or("info");
-    if severity(level) >= severity(threshold) {
-        leg.notify(jsonrpc::notification_bytes(msg.method(), &params))
-            .await;
-    }
-}
-
 // A future that never resolves when there is nothing to wait for.
-async fn or_pending<F: Future>(f: Option<F>) -> F::Output {
+pub(super) async fn or_pending<F: Future>(f: Option<F>) -> F::Output {
     match f {
         Some(f) => f.await,
         None => std::future::pending().await,
-    }
-}
-
-/// Syslog severity order used by MCP logging levels.
-fn severity(level: &str) -> u8 {
-    match level {
-        "debug" => 0,
-        "info" => 1,
-        "notice" => 2,
-        "warning" => 3,
-        "error" => 4,
-        "critical" => 5,
-        "alert" => 6,
-        "emergency" => 7,
-        _ => 1,
     }
 }

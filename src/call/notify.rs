@@ -1,0 +1,90 @@
+//! What the upstream notifies during a call: progress and log messages relayed to the open
+//! exchange (under its own progress token, filtered by its log level), URL-elicitation
+//! completions and the upstream's own cancellations consumed here.
+
+use serde_json::Value;
+
+use super::{Call, Leg};
+use crate::jsonrpc::{self, Message};
+
+impl Call {
+    pub(super) async fn on_notification(&mut self, msg: &Message) {
+        match msg.method() {
+            "notifications/progress" => {
+                if let Some(leg) = self.phase.leg() {
+                    relay_progress(leg, msg).await;
+                }
+            }
+            "notifications/message" => {
+                if let Some(leg) = self.phase.leg() {
+                    relay_log(leg, msg).await;
+                }
+            }
+            // URL-mode completion is a legacy-only notification: consumed here, never relayed.
+            "notifications/elicitation/complete" => {
+                let params = msg.params_value().unwrap_or_default();
+                let id = params.get("elicitationId").and_then(Value::as_str);
+                let known = id.is_some_and(|id| self.rounds.is_pending_url(id));
+                tracing::debug!(known, "upstream reported a URL elicitation complete");
+            }
+            // The upstream gave up on one of its own requests (TS SDK: after 60 s).
+            "notifications/cancelled" => {
+                let params = msg.params_value().unwrap_or_default();
+                if let Some(rid) = params.get("requestId") {
+                    self.rounds.forget(&rid.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+// Progress goes to the open exchange under *its* token: a retry may carry another token
+// than the one the upstream knows.
+async fn relay_progress(leg: &Leg, msg: &Message) {
+    let Some(token) = &leg.progress_token else {
+        return;
+    };
+    let Ok(Value::Object(mut params)) = msg.params_value() else {
+        return;
+    };
+    params.insert("progressToken".into(), token.clone());
+    leg.notify(jsonrpc::notification_bytes(
+        msg.method(),
+        &Value::Object(params),
+    ))
+    .await;
+}
+
+// Log messages go to the open exchange only when it asked for a level, at or above it.
+async fn relay_log(leg: &Leg, msg: &Message) {
+    let Some(threshold) = leg.log_level.as_deref() else {
+        return;
+    };
+    let Ok(params) = msg.params_value() else {
+        return;
+    };
+    let level = params
+        .get("level")
+        .and_then(Value::as_str)
+        .unwrap_or("info");
+    if severity(level) >= severity(threshold) {
+        leg.notify(jsonrpc::notification_bytes(msg.method(), &params))
+            .await;
+    }
+}
+
+/// Syslog severity order used by MCP logging levels.
+fn severity(level: &str) -> u8 {
+    match level {
+        "debug" => 0,
+        "info" => 1,
+        "notice" => 2,
+        "warning" => 3,
+        "error" => 4,
+        "critical" => 5,
+        "alert" => 6,
+        "emergency" => 7,
+        _ => 1,
+    }
+}
