@@ -1,0 +1,157 @@
+//! The label values of the metrics: each an enum of fixed strings, so that no label can ever
+//! carry an id, a token, a principal or a path.
+
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+
+// A bounded label: an enum whose every value is a fixed string.
+macro_rules! label_values {
+    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $label:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
+        pub(crate) enum $name { $($(#[$vm])* $variant,)* }
+
+        impl $name {
+            /// The label value.
+            pub(crate) fn as_str(self) -> &'static str {
+                match self { $(Self::$variant => $label,)* }
+            }
+        }
+
+        impl EncodeLabelValue for $name {
+            fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    };
+}
+
+label_values! {
+    /// Which side of the proxy a request came in on.
+    Era {
+        /// A 2026-07-28 client.
+        Modern => "modern",
+        /// A legacy client, relayed.
+        Legacy => "legacy",
+    }
+}
+
+label_values! {
+    /// The method of a request, from a fixed list.
+    Method {
+        Discover => "server/discover",
+        Listen => "subscriptions/listen",
+        ToolsCall => "tools/call",
+        PromptsGet => "prompts/get",
+        ResourcesRead => "resources/read",
+        ToolsList => "tools/list",
+        PromptsList => "prompts/list",
+        ResourcesList => "resources/list",
+        ResourceTemplatesList => "resources/templates/list",
+        Complete => "completion/complete",
+        /// Any other method (unknown, removed) and requests that never parsed.
+        Other => "other",
+        /// A legacy client's POST (relayed without looking at the method).
+        HttpPost => "POST",
+        /// A legacy client's GET stream.
+        HttpGet => "GET",
+        /// A legacy client's DELETE.
+        HttpDelete => "DELETE",
+    }
+}
+
+label_values! {
+    /// How a request ended.
+    Outcome {
+        /// A result (`complete`, or a list, discover, an acknowledged listen stream).
+        Complete => "complete",
+        /// An `input_required` round.
+        InputRequired => "input_required",
+        /// The client left before the answer.
+        Cancelled => "cancelled",
+        /// Refused because of the request (4xx, or a JSON-RPC error the upstream answered).
+        ClientError => "client_error",
+        /// The upstream failed (502/504).
+        UpstreamError => "upstream_error",
+        /// The proxy failed or was at a limit (500/503).
+        ProxyError => "proxy_error",
+        /// Relayed for a legacy client (whatever the upstream answered).
+        Relayed => "relayed",
+    }
+}
+
+label_values! {
+    /// Why a requestState (or the answers beside it) was refused.
+    TokenRejection {
+        Invalid => "invalid",
+        Expired => "expired",
+        WrongPrincipal => "wrong_principal",
+        WrongRequest => "wrong_request",
+        AlreadyUsed => "already_used",
+        NotYetValid => "not_yet_valid",
+        Gone => "gone",
+        /// `requestState` not a string, `inputResponses` not an object, or answers of the wrong shape.
+        Malformed => "malformed",
+    }
+}
+
+label_values! {
+    /// The capability a -32021 said was missing.
+    Capability {
+        ElicitationForm => "elicitation.form",
+        ElicitationUrl => "elicitation.url",
+        Sampling => "sampling",
+        SamplingTools => "sampling.tools",
+        Roots => "roots",
+    }
+}
+
+label_values! {
+    /// What went wrong talking to the upstream.
+    UpstreamFailure {
+        Connect => "connect",
+        Timeout => "timeout",
+        Status => "status",
+        Unauthorized => "unauthorized",
+        Protocol => "protocol",
+        SessionGone => "session_gone",
+        Closed => "closed",
+        Sse => "sse",
+        PoolBusy => "pool_busy",
+    }
+}
+
+label_values! {
+    /// Which way relayed bytes went.
+    Direction {
+        ToUpstream => "to_upstream",
+        ToClient => "to_client",
+    }
+}
+
+impl Method {
+    /// The label of a JSON-RPC method name.
+    pub(crate) fn of(method: &str) -> Self {
+        match method {
+            "server/discover" => Self::Discover,
+            "subscriptions/listen" => Self::Listen,
+            "tools/call" => Self::ToolsCall,
+            "prompts/get" => Self::PromptsGet,
+            "resources/read" => Self::ResourcesRead,
+            "tools/list" => Self::ToolsList,
+            "prompts/list" => Self::PromptsList,
+            "resources/list" => Self::ResourcesList,
+            "resources/templates/list" => Self::ResourceTemplatesList,
+            "completion/complete" => Self::Complete,
+            _ => Self::Other,
+        }
+    }
+
+    /// The label of a legacy client's HTTP method.
+    pub(crate) fn of_http(method: &http::Method) -> Self {
+        match *method {
+            http::Method::GET => Self::HttpGet,
+            http::Method::DELETE => Self::HttpDelete,
+            _ => Self::HttpPost,
+        }
+    }
+}
