@@ -26,12 +26,12 @@
 //! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
 //! - `edge`: every response built, the SSE writer, failure logging
 //! - [`app`]: the shared state
-//! - `call`: the call actor (`rounds` pure bookkeeping, `registry` of parked calls, `park`, `leg`,
-//!   `end`)
+//! - `call`: the call actor (`send`, `notify`, `park`, `rounds` pure bookkeeping, `registry` of
+//!   parked calls, `leg`, `end`)
 //! - `rewrite` (results), `input` (input requests), `state_token` (JWT), `upstream` (client,
 //!   sessions, pool), `metrics`
 //! - `error`, `jsonrpc`, [`sse`], [`body`], [`config`], [`cli`], `protocol` (constants, depends on
-//!   nothing), [`telemetry`], [`shutdown`]
+//!   nothing), [`telemetry`], [`shutdown`], [`healthcheck`]
 //!
 //! The public surface is what the binary, the tests and the benchmark use: [`app::App`],
 //! [`server::run`], [`config::Config`], [`cli`], [`demo`], [`sse`], [`body`], [`telemetry`],
