@@ -119,6 +119,10 @@ pub(crate) enum ProxyError {
     /// Invalid params (-32602), e.g. missing `_meta` fields or bad `inputResponses`.
     #[error("{0}")]
     InvalidParams(String),
+    /// A retry's `requestState` or `inputResponses` is malformed, or an answer breaks its
+    /// round's shape or schema (-32602; the call stays parked).
+    #[error("{0}")]
+    BadRetry(String),
     /// A requestState failed verification (-32602).
     #[error("invalid requestState: {0}")]
     State(#[from] TokenError),
@@ -173,6 +177,7 @@ impl ProxyError {
             | Self::HeaderMismatch(_)
             | Self::UnsupportedVersion { .. }
             | Self::InvalidParams(_)
+            | Self::BadRetry(_)
             | Self::State(_)
             | Self::MethodNotFound(_)
             | Self::MissingCapability { .. }
@@ -198,6 +203,7 @@ impl ProxyError {
             | Self::HeaderMismatch(_)
             | Self::UnsupportedVersion { .. }
             | Self::InvalidParams(_)
+            | Self::BadRetry(_)
             | Self::State(_)
             | Self::MissingCapability { .. } => StatusCode::BAD_REQUEST,
             Self::MethodNotFound(_) => StatusCode::NOT_FOUND,
@@ -230,7 +236,9 @@ impl ProxyError {
                 protocol::UNSUPPORTED_PROTOCOL_VERSION,
                 Some(serde_json::json!({"supported": [MODERN_VERSION], "requested": requested})),
             ),
-            Self::InvalidParams(_) | Self::State(_) => (protocol::INVALID_PARAMS, None),
+            Self::InvalidParams(_) | Self::BadRetry(_) | Self::State(_) => {
+                (protocol::INVALID_PARAMS, None)
+            }
             Self::MethodNotFound(_) => (protocol::METHOD_NOT_FOUND, None),
             Self::MissingCapability { required } => (
                 protocol::MISSING_REQUIRED_CLIENT_CAPABILITY,

@@ -189,8 +189,8 @@ async fn modern(
         }
         Ok(Routed::Leg(rx)) => edge::respond(rx, app.config.keepalive, timer).await,
         Err(e) => {
-            if request_had_state(&e) {
-                timer.metrics().token_rejected(rejection(&e));
+            if let Some(reason) = rejection(&e) {
+                timer.metrics().token_rejected(reason);
             }
             edge::fail(timer, &e, Some(&id))
         }
@@ -257,9 +257,7 @@ async fn retry(
     principal: &str,
 ) -> Result<mpsc::Receiver<LegEvent>, ProxyError> {
     let Some(Value::String(token)) = req.params.get("requestState") else {
-        return Err(ProxyError::InvalidParams(
-            "requestState must be a string".into(),
-        ));
+        return Err(ProxyError::BadRetry("requestState must be a string".into()));
     };
     let calls = &app.calls;
     let digest = request_digest(&req.method, req.target(), req.arguments());
@@ -270,7 +268,7 @@ async fn retry(
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
         Some(_) => {
-            return Err(ProxyError::InvalidParams(
+            return Err(ProxyError::BadRetry(
                 "inputResponses must be an object".into(),
             ))
         }
@@ -283,19 +281,9 @@ async fn retry(
     Ok(rx)
 }
 
-// A failed retry: was it the requestState (or the answers beside it) that was refused?
-fn request_had_state(e: &ProxyError) -> bool {
-    match e {
-        ProxyError::State(_) => true,
-        ProxyError::InvalidParams(m) => {
-            m.starts_with("requestState") || m.starts_with("inputResponses")
-        }
-        _ => false,
-    }
-}
-
-fn rejection(e: &ProxyError) -> TokenRejection {
-    match e {
+// Why a retry was refused, when it was its requestState or the answers beside it.
+fn rejection(e: &ProxyError) -> Option<TokenRejection> {
+    let reason = match e {
         ProxyError::State(TokenError::Invalid) => TokenRejection::Invalid,
         ProxyError::State(TokenError::Expired) => TokenRejection::Expired,
         ProxyError::State(TokenError::WrongPrincipal) => TokenRejection::WrongPrincipal,
@@ -303,8 +291,10 @@ fn rejection(e: &ProxyError) -> TokenRejection {
         ProxyError::State(TokenError::AlreadyUsed) => TokenRejection::AlreadyUsed,
         ProxyError::State(TokenError::Gone(_)) => TokenRejection::Gone,
         ProxyError::State(TokenError::NotYetValid) => TokenRejection::NotYetValid,
-        _ => TokenRejection::Malformed,
-    }
+        ProxyError::BadRetry(_) => TokenRejection::Malformed,
+        _ => return None,
+    };
+    Some(reason)
 }
 
 fn open_leg(req: &ModernRequest) -> (Leg, mpsc::Receiver<LegEvent>) {

@@ -140,7 +140,7 @@ impl ParkedCalls {
     /// `jti` (single use) and returns the sender to the actor.
     ///
     /// # Errors
-    /// [`TokenError`]s for gone or used state; [`ProxyError::InvalidParams`] for bad answers (the
+    /// [`TokenError`]s for gone or used state; [`ProxyError::BadRetry`] for bad answers (the
     /// token is then *not* consumed and the call stays parked).
     pub(crate) fn claim(
         &self,
@@ -166,7 +166,7 @@ impl ParkedCalls {
             let key = &asked.key;
             if let Some(answer) = answers.get(key) {
                 asked.check(answer).map_err(|why| {
-                    ProxyError::InvalidParams(format!("inputResponses[\"{key}\"]: {why}"))
+                    ProxyError::BadRetry(format!("inputResponses[\"{key}\"]: {why}"))
                 })?;
             }
         }
