@@ -26,12 +26,7 @@ const CYCLES: usize = 3;
 const ARG_BYTES: usize = 4096;
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run());
+    support::block_on(run());
 }
 
 async fn run() {

@@ -36,12 +36,7 @@ const WARMUP: usize = 30;
 const PARKED: usize = 1000;
 
 fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(run());
+    support::block_on(run());
 }
 
 async fn run() {

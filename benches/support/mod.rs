@@ -4,6 +4,16 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+/// Runs a benchmark's body on a two-worker runtime (the machine has two cores).
+pub(crate) fn block_on(body: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+        .block_on(body);
+}
+
 /// The proxy process, killed however the benchmark ends.
 pub(crate) struct ProxyProcess(Child);
 
