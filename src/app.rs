@@ -9,8 +9,9 @@ use tokio_util::task::TaskTracker;
 
 use crate::call::{CallContext, ParkedCalls};
 use crate::config::Config;
+use crate::keys::{self, KeyError, KeySet};
 use crate::metrics::Metrics;
-use crate::state_token::{random_id, random_secret, TokenCodec};
+use crate::state_token::{random_id, TokenCodec};
 use crate::upstream::{PoolConfig, SessionPool, UpstreamClient};
 
 /// Bytes of randomness in a generated instance id.
@@ -35,16 +36,20 @@ pub struct App {
 }
 
 impl App {
-    /// Builds the state from a config. Generates a signing key when none is configured.
-    pub fn new(config: Config) -> Arc<Self> {
-        let pool = session_pool(&config);
-        let secret = match &config.state_secret {
-            Some(s) => s.clone(),
+    /// Builds the state from a config: reads the key files, or generates a signing key when
+    /// none is configured.
+    ///
+    /// # Errors
+    /// [`KeyError`] when a configured key cannot be read or used.
+    pub fn new(config: Config) -> Result<Arc<Self>, KeyError> {
+        let keys = match keys::load(&config.state_keys)? {
+            Some(keys) => keys,
             None => {
-                tracing::info!("no state.secret configured: generated a random signing key (single instance only; tokens die with the process)");
-                random_secret()
+                tracing::info!("no state key configured: generated a random signing key (single instance only; tokens die with the process)");
+                KeySet::generated()?
             }
         };
+        let pool = session_pool(&config);
         let issuer = config
             .instance_id
             .clone()
@@ -59,12 +64,7 @@ impl App {
                 config.max_parked_per_principal,
                 config.state_ttl,
             ),
-            tokens: TokenCodec::new(
-                &secret,
-                &config.state_verify_secrets,
-                issuer,
-                config.state_ttl,
-            ),
+            tokens: TokenCodec::new(keys, issuer, config.state_ttl),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),
@@ -73,14 +73,36 @@ impl App {
             cache_ttl_ms: config.cache_ttl_ms,
             cache_scope: config.cache_scope,
         });
-        Arc::new(Self {
+        Ok(Arc::new(Self {
             config,
             pool,
             calls,
             metrics,
             draining,
             shutdown,
-        })
+        }))
+    }
+
+    /// Reads the configured key files again (on SIGHUP) and makes them the key set; keys that
+    /// drop out keep verifying for one `state.ttl`, and parked calls are untouched. Returns the
+    /// new active key's id. With no key configured (a generated one) there is nothing to read
+    /// and the key stays.
+    ///
+    /// # Errors
+    /// [`KeyError`] when a file cannot be read or used; the current keys then stay.
+    pub fn reload_keys(&self) -> Result<String, KeyError> {
+        let outcome = keys::load(&self.config.state_keys);
+        self.metrics.key_reload(outcome.is_ok());
+        match outcome? {
+            Some(keys) => self.calls.tokens.replace_keys(keys),
+            None => tracing::info!("no state key configured: the generated key stays"),
+        }
+        Ok(self.calls.tokens.keys().signing_kid().to_owned())
+    }
+
+    /// Ids of the keys that verify a token right now, the active one first.
+    pub fn key_ids(&self) -> Vec<String> {
+        self.calls.tokens.keys().kids()
     }
 
     /// Starts the drain (see `server`): readiness goes off and no new call or listen stream is

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use http::Uri;
@@ -31,6 +32,17 @@ pub enum ConfigError {
     },
 }
 
+/// Where the keys come from (the `[state]` keys of the config).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeySources {
+    /// `state.secret`: an HS256 secret in the TOML itself.
+    pub secret: Option<Secret>,
+    /// `state.secret_file`: the active key's file.
+    pub secret_file: Option<PathBuf>,
+    /// `state.verify_secret_files`: keys accepted for verification only.
+    pub verify_files: Vec<PathBuf>,
+}
+
 /// A secret whose `Debug` never prints it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -40,23 +52,6 @@ impl Secret {
     pub fn new(s: String) -> Self {
         Self(s)
     }
-    /// A secret read from a file or the environment (`what` names it in errors): surrounding
-    /// whitespace (a trailing newline) is dropped, and it must be at least
-    /// [`MIN_SECRET_BYTES`] long.
-    ///
-    /// # Errors
-    /// [`ConfigError::Invalid`] under `state.secret_file` when it is too short.
-    pub fn from_file_text(text: &str) -> Result<Self, ConfigError> {
-        let secret = text.trim();
-        if secret.len() < MIN_SECRET_BYTES {
-            return Err(invalid(
-                "state.secret_file",
-                format!("must be at least {MIN_SECRET_BYTES} bytes"),
-            ));
-        }
-        Ok(Self(secret.to_owned()))
-    }
-
     /// The secret bytes; never log them.
     pub fn expose(&self) -> &[u8] {
         self.0.as_bytes()
@@ -152,16 +147,9 @@ pub struct Config {
     pub session_acquire_timeout: Duration,
     /// Lifetime of a requestState token and of the parked call behind it.
     pub state_ttl: Duration,
-    /// HS256 signing secret; `None` means generate one at start-up (unless `state_secret_file`
-    /// or `MRTR_STATE_SECRET` gives one: `main.rs` reads those, see [`Secret::from_file_text`]).
-    pub state_secret: Option<Secret>,
-    /// File holding the signing secret (e.g. a mounted Kubernetes Secret), read at start-up.
-    pub state_secret_file: Option<std::path::PathBuf>,
-    /// Keys accepted for verification only (being rotated out), filled from
-    /// `state_verify_secret_files` by `main.rs`.
-    pub state_verify_secrets: Vec<Secret>,
-    /// Files holding verification-only keys, read at start-up.
-    pub state_verify_secret_files: Vec<std::path::PathBuf>,
+    /// Where the requestState keys come from (read by `keys::load` at start-up and on SIGHUP);
+    /// none at all means a random key generated at start-up.
+    pub state_keys: KeySources,
     /// Issuer id of this instance, put in every token.
     pub instance_id: Option<String>,
     /// Window during which server requests arriving together are batched into one round.
@@ -211,7 +199,7 @@ impl Config {
         let mcp_path = mcp_path(s.mcp_path)?;
         let up = UpstreamSettings::from_raw(u)?;
         let pool = Bounds::from_raw(p, &st)?;
-        let state_secret = secret(st.secret, st.secret_file.is_some())?;
+        let state_keys = key_sources(st.secret, st.secret_file, st.verify_secret_files)?;
         let cache_scope = cache_scope(r.cache_scope.as_deref())?;
         let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
         let admin_listen = admin_listen(raw.admin.listen.as_deref())?;
@@ -242,14 +230,7 @@ impl Config {
             session_idle: pool.session_idle,
             session_acquire_timeout: pool.session_acquire_timeout,
             state_ttl,
-            state_secret,
-            state_secret_file: st.secret_file.map(std::path::PathBuf::from),
-            state_verify_secrets: Vec::new(),
-            state_verify_secret_files: st
-                .verify_secret_files
-                .into_iter()
-                .map(std::path::PathBuf::from)
-                .collect(),
+            state_keys,
             instance_id: st.instance_id,
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
             max_parked: pool.max_parked,
@@ -434,8 +415,12 @@ fn roots(raw: Vec<toml::Value>) -> Result<Vec<serde_json::Value>, ConfigError> {
     Ok(roots)
 }
 
-fn secret(raw: Option<String>, has_file: bool) -> Result<Option<Secret>, ConfigError> {
-    if raw.is_some() && has_file {
+fn key_sources(
+    raw: Option<String>,
+    file: Option<String>,
+    verify: Vec<String>,
+) -> Result<KeySources, ConfigError> {
+    if raw.is_some() && file.is_some() {
         return Err(invalid(
             "state.secret_file",
             "give state.secret or state.secret_file, not both",
@@ -446,7 +431,11 @@ fn secret(raw: Option<String>, has_file: bool) -> Result<Option<Secret>, ConfigE
             "state.secret",
             format!("must be at least {MIN_SECRET_BYTES} bytes"),
         )),
-        other => Ok(other.map(Secret::new)),
+        other => Ok(KeySources {
+            secret: other.map(Secret::new),
+            secret_file: file.map(PathBuf::from),
+            verify_files: verify.into_iter().map(PathBuf::from).collect(),
+        }),
     }
 }
 

@@ -37,7 +37,7 @@ pub async fn run(
         .await
         .map_err(|e| format!("bind {addr}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = App::new(config);
+    let app = App::new(config).map_err(|e| e.to_string())?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(server::run(listener, Arc::clone(&app), async move {
         let _ = stop_rx.await;

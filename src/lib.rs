@@ -28,8 +28,8 @@
 //! - [`app`]: the shared state
 //! - `call`: the call actor (`send`, `notify`, `park`, `rounds` pure bookkeeping, `registry` of
 //!   parked calls, `leg`, `end`)
-//! - `rewrite` (results), `input` (input requests), `state_token` (JWT), `upstream` (client,
-//!   sessions, pool), `metrics`
+//! - `rewrite` (results), `input` (input requests), `state_token` (JWT), [`keys`] (the key set:
+//!   files, kids, reload), `upstream` (client, sessions, pool), `metrics`
 //! - `error`, `jsonrpc`, [`sse`], [`body`], [`config`], [`cli`], `protocol` (constants, depends on
 //!   nothing), [`telemetry`], [`shutdown`], [`healthcheck`]
 //!
@@ -49,6 +49,7 @@ mod front;
 pub mod healthcheck;
 mod input;
 mod jsonrpc;
+pub mod keys;
 mod metrics;
 mod protocol;
 mod rewrite;

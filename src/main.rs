@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use clap::Parser;
 use mrtr_proxy::app::App;
 use mrtr_proxy::cli::{Cli, Command};
-use mrtr_proxy::config::{self, Config, Secret};
+use mrtr_proxy::config::{self, Config};
 use mrtr_proxy::server::{self, Listeners};
-use mrtr_proxy::{demo, healthcheck, shutdown, telemetry};
+use mrtr_proxy::{demo, healthcheck, keys, shutdown, telemetry};
 
 // Config errors exit with EX_USAGE so supervisors can tell them from crashes.
 const EXIT_CONFIG: u8 = 64;
@@ -22,7 +22,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(Command::CheckConfig { file }) = &cli.command {
-        let verdict = load(Some(file)).map(|_| "ok".to_owned());
+        // The key files are read too: a key that cannot be used fails here, not at start-up.
+        let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state_keys) {
+            Ok(_) => Ok("ok".to_owned()),
+            Err(e) => Err(e.to_string()),
+        });
         eprintln!(
             "{}: {}",
             file.display(),
@@ -61,15 +65,26 @@ async fn main() -> ExitCode {
 
 async fn serve(config: Config) -> ExitCode {
     telemetry::init_with(config.log_format, &config.log_level);
+    let upstream = config.upstream.to_string();
+    let mcp_path = config.mcp_path.clone();
+    let admin_listen = config.admin_listen;
+    let listen = config.listen;
+    let app = match App::new(config) {
+        Ok(app) => app,
+        Err(e) => {
+            eprintln!("mrtr-proxy: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
     let bind = |addr| async move {
         tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| eprintln!("mrtr-proxy: cannot listen on {addr}: {e}"))
     };
-    let Ok(main) = bind(config.listen).await else {
+    let Ok(main) = bind(listen).await else {
         return ExitCode::FAILURE;
     };
-    let admin = match config.admin_listen {
+    let admin = match admin_listen {
         Some(addr) => match bind(addr).await {
             Ok(l) => Some(l),
             Err(()) => return ExitCode::FAILURE,
@@ -84,18 +99,13 @@ async fn serve(config: Config) -> ExitCode {
     eprintln!(
         "mrtr-proxy listening on http://{}{} -> {}",
         bound(&main),
-        config.mcp_path,
-        config.upstream
+        mcp_path,
+        upstream
     );
     if let Some(a) = &admin {
         eprintln!("mrtr-proxy admin on http://{}", bound(a));
     }
-    server::serve(
-        Listeners { main, admin },
-        App::new(config),
-        shutdown::signal(),
-    )
-    .await;
+    server::serve(Listeners { main, admin }, app, shutdown::signal()).await;
     ExitCode::SUCCESS
 }
 
@@ -119,28 +129,6 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
     }
     if let Some(t) = &cli.state_ttl {
         c.state_ttl = config::parse_duration(t).map_err(|e| format!("--state-ttl: {e}"))?;
-    }
-    // The signing key from a file (a mounted Secret) or the environment, never from the TOML
-    // when replicas share it; the file wins over the variable.
-    if let Some(path) = &c.state_secret_file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("state.secret_file: cannot read {}: {e}", path.display()))?;
-        c.state_secret = Some(Secret::from_file_text(&text).map_err(|e| e.to_string())?);
-    } else if let Ok(text) = std::env::var("MRTR_STATE_SECRET") {
-        let secret =
-            Secret::from_file_text(&text).map_err(|e| format!("MRTR_STATE_SECRET: {e}"))?;
-        c.state_secret = c.state_secret.or(Some(secret));
-    }
-    for path in &c.state_verify_secret_files {
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            format!(
-                "state.verify_secret_files: cannot read {}: {e}",
-                path.display()
-            )
-        })?;
-        let key = Secret::from_file_text(&text)
-            .map_err(|e| format!("state.verify_secret_files ({}): {e}", path.display()))?;
-        c.state_verify_secrets.push(key);
     }
     Ok(c)
 }

@@ -14,6 +14,7 @@ use prometheus_client::registry::{Registry, Unit};
 
 mod labels;
 
+use labels::Reload;
 pub(crate) use labels::{
     Capability, Direction, Era, Method, Outcome, TokenRejection, UpstreamFailure,
 };
@@ -51,6 +52,11 @@ struct DirectionLabel {
     direction: Direction,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabel {
+    result: Reload,
+}
+
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
 /// Gauges read from the proxy's state at scrape time.
@@ -82,6 +88,7 @@ pub(crate) struct Metrics {
     capability_rejections: Family<CapabilityLabel, Counter>,
     upstream_errors: Family<KindLabel, Counter>,
     bytes_relayed: Family<DirectionLabel, Counter>,
+    key_reloads: Family<ReloadLabel, Counter>,
     parked: Gauge,
     sessions: Gauge,
     idle_sessions: Gauge,
@@ -117,6 +124,7 @@ impl Metrics {
             capability_rejections: Family::default(),
             upstream_errors: Family::default(),
             bytes_relayed: Family::default(),
+            key_reloads: Family::default(),
             parked: Gauge::default(),
             sessions: Gauge::default(),
             idle_sessions: Gauge::default(),
@@ -188,6 +196,16 @@ impl Metrics {
             Unit::Bytes,
             self.bytes_relayed.clone(),
         );
+        r.register(
+            "key_reloads",
+            "Reloads of the requestState keys (SIGHUP), by result",
+            self.key_reloads.clone(),
+        );
+        self.register_gauges();
+    }
+
+    fn register_gauges(&mut self) {
+        let r = &mut self.registry;
         r.register("parked_calls", "Calls parked now", self.parked.clone());
         r.register(
             "upstream_sessions",
@@ -204,6 +222,14 @@ impl Metrics {
             "Requests waiting for an upstream session now (pool full)",
             self.session_waiters.clone(),
         );
+    }
+
+    /// A key reload ended (`ok` or not).
+    pub(crate) fn key_reload(&self, ok: bool) {
+        let result = if ok { Reload::Ok } else { Reload::Error };
+        self.key_reloads
+            .get_or_create(&ReloadLabel { result })
+            .inc();
     }
 
     /// A request ended with `outcome` after `elapsed`.

@@ -125,6 +125,10 @@ pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Ou
     let graceful = GracefulShutdown::new();
     let conns = Arc::new(Semaphore::new(app.config.max_connections));
     let background = tokio::spawn(background(Arc::clone(&app)));
+    let reloads = tokio::spawn(crate::shutdown::on_hangup({
+        let app = Arc::clone(&app);
+        move || reload_keys(&app)
+    }));
     let activity = Arc::new(Activity::new());
     let main = Routes::Main {
         with_admin: listeners.admin.is_none(),
@@ -150,6 +154,7 @@ pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Ou
     }
     // Reaping and readiness probing end here: the shutdown closes every session itself.
     background.abort();
+    reloads.abort();
     let serving = Serving {
         listener: listeners.main,
         app,
@@ -392,6 +397,14 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
             r
         }
         _ => edge::text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+// SIGHUP: the key files read again; a failure keeps the keys in use.
+fn reload_keys(app: &App) {
+    match app.reload_keys() {
+        Ok(kid) => tracing::info!(signing_kid = %kid, kids = ?app.key_ids(), "state keys reloaded"),
+        Err(e) => tracing::error!(error = %e, "state keys not reloaded; the current keys stay"),
     }
 }
 

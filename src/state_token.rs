@@ -1,20 +1,21 @@
-//! `requestState` tokens: compact HS256 JWTs naming a parked call, bound to a principal, a request
-//! and a round, with an expiry and a single-use id. Every token names its key (`kid`, derived from
-//! the key itself, so replicas sharing a key agree on it with nothing to configure); the codec
-//! signs with one active key and verifies with it and any verification-only keys, so a key can
-//! rotate without failing a round in flight.
+//! `requestState` tokens: compact JWTs (HS256, ES256 or EdDSA, as the key says) naming a parked
+//! call, bound to a principal, a request and a round, with an expiry and a single-use id. Every
+//! token names its key (`kid`, see `keys`); the codec signs with the active key and verifies with
+//! any key of the set, so a key can rotate without failing a round in flight.
 //!
 //! This module signs and verifies; it does not know whether a call is still parked or whether a
 //! `jti` was used — the parked-call registry checks those.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
 use base64::Engine;
-use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use jsonwebtoken::{Header, Validation};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::Secret;
+use crate::keys::KeySet;
 
 /// Claims carried by a requestState. Nothing here reaches the upstream session. Names are short
 /// on the wire (the token travels on every retry), full in code.
@@ -74,10 +75,9 @@ pub(crate) enum TokenError {
 
 /// Signs and verifies requestState tokens.
 pub(crate) struct TokenCodec {
-    /// The active key: every new token is signed with it.
-    signing: (String, EncodingKey),
-    /// Every key a token may name (`kid` → key): the active one and the verification-only ones.
-    verifying: Vec<(String, DecodingKey)>,
+    /// The active signing key and every key a token may name; swapped whole on a reload, so a
+    /// sign or verify sees one consistent set without taking a lock.
+    keys: ArcSwap<KeySet>,
     issuer: String,
     ttl: Duration,
     /// Wall time at construction, and tokio's clock at the same moment: `now()` is the first
@@ -94,11 +94,7 @@ const CLOCK_SKEW: Duration = Duration::from_secs(60);
 impl std::fmt::Debug for TokenCodec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenCodec")
-            .field("signing_kid", &self.signing.0)
-            .field(
-                "kids",
-                &self.verifying.iter().map(|(k, _)| k).collect::<Vec<_>>(),
-            )
+            .field("keys", &*self.keys.load())
             .field("issuer", &self.issuer)
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
@@ -106,26 +102,27 @@ impl std::fmt::Debug for TokenCodec {
 }
 
 impl TokenCodec {
-    /// A codec signing with `active` and also accepting tokens of `verify_only` keys (the keys
-    /// being rotated out), issuing as `issuer`, tokens living `ttl`.
-    pub(crate) fn new(
-        active: &Secret,
-        verify_only: &[Secret],
-        issuer: String,
-        ttl: Duration,
-    ) -> Self {
-        let signing = (kid_of(active), EncodingKey::from_secret(active.expose()));
-        let verifying = std::iter::once(active)
-            .chain(verify_only)
-            .map(|k| (kid_of(k), DecodingKey::from_secret(k.expose())))
-            .collect();
+    /// A codec signing and verifying with `keys`, issuing as `issuer`, tokens living `ttl`.
+    pub(crate) fn new(keys: KeySet, issuer: String, ttl: Duration) -> Self {
         Self {
-            signing,
-            verifying,
+            keys: ArcSwap::from_pointee(keys),
             issuer,
             ttl,
             anchor: (SystemTime::now(), tokio::time::Instant::now()),
         }
+    }
+
+    /// Makes `keys` the key set. The keys it lacks from the current set (the old active key
+    /// above all) keep verifying for one token lifetime, so no round in flight fails.
+    pub(crate) fn replace_keys(&self, mut keys: KeySet) {
+        let until = self.now() + self.ttl + CLOCK_SKEW;
+        keys.retire(&self.keys.load(), until);
+        self.keys.store(Arc::new(keys));
+    }
+
+    /// The current key set.
+    pub(crate) fn keys(&self) -> Arc<KeySet> {
+        self.keys.load_full()
     }
 
     /// The time tokens are minted and checked against (see `anchor`).
@@ -165,9 +162,10 @@ impl TokenCodec {
     /// # Errors
     /// Only if serialisation fails, which it does not for these claims.
     pub(crate) fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
-        let mut header = Header::new(Algorithm::HS256);
-        header.kid = Some(self.signing.0.clone());
-        jsonwebtoken::encode(&header, claims, &self.signing.1)
+        let keys = self.keys.load();
+        let mut header = Header::new(keys.signing.alg);
+        header.kid = Some(keys.signing.kid.clone());
+        jsonwebtoken::encode(&header, claims, &keys.signing.key)
     }
 
     /// Verifies size, key (`kid`), signature, algorithm (HS256 only), issuer, issue time and
@@ -186,22 +184,19 @@ impl TokenCodec {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(TokenError::Invalid);
         }
-        let kid = jsonwebtoken::decode_header(token)
-            .ok()
-            .and_then(|h| h.kid)
+        let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Invalid)?;
+        let keys = self.keys.load();
+        let key = header
+            .kid
+            .and_then(|kid| keys.verifier(&kid, now))
             .ok_or(TokenError::Invalid)?;
-        let key = self
-            .verifying
-            .iter()
-            .find(|(k, _)| *k == kid)
-            .map(|(_, key)| key)
-            .ok_or(TokenError::Invalid)?;
-        let mut v = Validation::new(Algorithm::HS256);
+        // The key pins the algorithm: a token whose header claims another one is refused.
+        let mut v = Validation::new(key.alg);
         // Time is checked below against the caller's clock so tests can move it.
         v.validate_exp = false;
         v.required_spec_claims.clear();
         v.leeway = 0;
-        let c = jsonwebtoken::decode::<Claims>(token, key, &v)
+        let c = jsonwebtoken::decode::<Claims>(token, &key.key, &v)
             .map_err(|_| TokenError::Invalid)?
             .claims;
         self.check_claims(&c, principal, request, unix(now))?;
@@ -239,15 +234,6 @@ impl TokenCodec {
     }
 }
 
-/// The `kid` of a key: derived from it (a digest, never the key), so replicas that share a key
-/// agree on its id with nothing to configure.
-pub(crate) fn kid_of(key: &Secret) -> String {
-    let mut h = Sha256::new();
-    h.update(b"mrtr-proxy kid\0");
-    h.update(key.expose());
-    hex(&h.finalize()[..8])
-}
-
 /// Seconds since the epoch (0 before it).
 pub(crate) fn unix(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
@@ -263,11 +249,6 @@ pub(crate) fn random_id(bytes: usize) -> String {
         buf = Sha256::digest(seed.as_bytes())[..bytes.min(32)].to_vec();
     }
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(buf)
-}
-
-/// A fresh random HS256 secret (used when none is configured).
-pub(crate) fn random_secret() -> Secret {
-    Secret::new(random_id(48))
 }
 
 /// Hex digest of the principal header value (`None` → the anonymous principal).
@@ -311,15 +292,21 @@ fn hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Secret;
+    use crate::keys::hs256;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use jsonwebtoken::{Algorithm, EncodingKey};
+
+    fn keys(active: &str, verify_only: &[&str]) -> KeySet {
+        let v = verify_only
+            .iter()
+            .map(|k| hs256(&Secret::new((*k).into())).1)
+            .collect();
+        KeySet::new(hs256(&Secret::new(active.into())), v)
+    }
 
     fn codec(secret: &str) -> TokenCodec {
-        TokenCodec::new(
-            &Secret::new(secret.into()),
-            &[],
-            "proxy-a".into(),
-            Duration::from_secs(60),
-        )
+        TokenCodec::new(keys(secret, &[]), "proxy-a".into(), Duration::from_secs(60))
     }
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
@@ -395,12 +382,7 @@ mod tests {
     #[test]
     fn rejects_other_issuer() {
         let a = codec(KEY);
-        let b = TokenCodec::new(
-            &Secret::new(KEY.into()),
-            &[],
-            "proxy-b".into(),
-            Duration::from_secs(60),
-        );
+        let b = TokenCodec::new(keys(KEY, &[]), "proxy-b".into(), Duration::from_secs(60));
         let now = SystemTime::now();
         let tok = b.sign(&b.claims("h1", "p", "r", 1, now)).unwrap();
         assert_eq!(a.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
@@ -414,15 +396,10 @@ mod tests {
         let old = codec(OLD);
         let tok = old.sign(&old.claims("h1", "p", "r", 1, now)).unwrap();
         let kid = jsonwebtoken::decode_header(&tok).unwrap().kid.unwrap();
-        assert_eq!(kid, kid_of(&Secret::new(OLD.into())));
+        assert_eq!(kid, hs256(&Secret::new(OLD.into())).0.kid);
         assert!(!kid.contains("old-key"), "the kid is a digest, not the key");
         // The new active key, the old one kept for verification: the old round still verifies.
-        let rotated = TokenCodec::new(
-            &Secret::new(KEY.into()),
-            &[Secret::new(OLD.into())],
-            "proxy-a".into(),
-            Duration::from_secs(60),
-        );
+        let rotated = TokenCodec::new(keys(KEY, &[OLD]), "proxy-a".into(), Duration::from_secs(60));
         assert!(rotated.verify(&tok, "p", "r", now).is_ok());
         let fresh = rotated
             .sign(&rotated.claims("h2", "p", "r", 1, now))
@@ -469,6 +446,78 @@ mod tests {
         future.expires_at += 24 * 3600;
         let tok = c.sign(&future).unwrap();
         assert_eq!(c.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
+    }
+
+    fn pem_key(der: &[u8]) -> String {
+        pem::encode(&pem::Pem::new("PRIVATE KEY", der.to_vec()))
+    }
+
+    fn asymmetric_codecs() -> Vec<(Algorithm, TokenCodec)> {
+        use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+        let rng = ring::rand::SystemRandom::new();
+        let es = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let ed = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        [
+            (Algorithm::ES256, es.as_ref()),
+            (Algorithm::EdDSA, ed.as_ref()),
+        ]
+        .into_iter()
+        .map(|(alg, der)| {
+            let key = crate::keys::parse_text("test".into(), &pem_key(der)).unwrap();
+            let codec = TokenCodec::new(
+                KeySet::new(key, Vec::new()),
+                "proxy-a".into(),
+                Duration::from_secs(60),
+            );
+            (alg, codec)
+        })
+        .collect()
+    }
+
+    #[test]
+    fn es256_and_eddsa_keys_sign_and_pin_their_algorithm() {
+        let now = SystemTime::now();
+        for (alg, c) in asymmetric_codecs() {
+            let claims = c.claims("h1", "p", "r", 1, now);
+            let tok = c.sign(&claims).unwrap();
+            let header = jsonwebtoken::decode_header(&tok).unwrap();
+            assert_eq!(header.alg, alg);
+            assert_eq!(c.verify(&tok, "p", "r", now).unwrap(), claims);
+            // Algorithm confusion: the same kid, but HS256 keyed with public material, or
+            // alg none. The key pins its algorithm, so both are refused.
+            let mut forged = Header::new(Algorithm::HS256);
+            forged.kid = header.kid.clone();
+            let enc = EncodingKey::from_secret(header.kid.unwrap().as_bytes());
+            let hs = jsonwebtoken::encode(&forged, &claims, &enc).unwrap();
+            assert_eq!(c.verify(&hs, "p", "r", now), Err(TokenError::Invalid));
+            let payload = tok.split('.').nth(1).unwrap();
+            let none = format!(
+                "{}.{payload}.",
+                URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#)
+            );
+            assert_eq!(c.verify(&none, "p", "r", now), Err(TokenError::Invalid));
+        }
+    }
+
+    #[test]
+    fn a_reload_keeps_the_old_key_verifying_for_one_lifetime() {
+        let now = SystemTime::now();
+        let c = codec(OLD);
+        let old = c.sign(&c.claims("h1", "p", "r", 1, now)).unwrap();
+        c.replace_keys(keys(KEY, &[]));
+        let new = c.sign(&c.claims("h2", "p", "r", 1, now)).unwrap();
+        assert_eq!(
+            jsonwebtoken::decode_header(&new).unwrap().kid.unwrap(),
+            hs256(&Secret::new(KEY.into())).0.kid
+        );
+        assert!(c.verify(&old, "p", "r", now).is_ok());
+        assert!(c.verify(&new, "p", "r", now).is_ok());
+        // Past one lifetime (and the skew) the retired key is gone; only expired tokens had it.
+        let later = c.now() + Duration::from_secs(60) + CLOCK_SKEW;
+        assert!(c
+            .keys()
+            .verifier(&hs256(&Secret::new(OLD.into())).0.kid, later)
+            .is_none());
     }
 
     #[test]

@@ -121,6 +121,14 @@ label_values! {
 }
 
 label_values! {
+    /// How a key reload (SIGHUP) ended.
+    Reload {
+        Ok => "ok",
+        Error => "error",
+    }
+}
+
+label_values! {
     /// Which way relayed bytes went.
     Direction {
         ToUpstream => "to_upstream",

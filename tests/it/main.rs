@@ -13,6 +13,7 @@
 mod architecture;
 mod config_docs;
 mod front;
+mod keys;
 mod lifetimes;
 mod metrics;
 mod park;

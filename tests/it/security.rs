@@ -143,17 +143,12 @@ async fn a_token_is_bound_to_principal_tool_and_arguments() {
 #[tokio::test]
 async fn a_token_is_single_use() {
     let mock = Mock::start().await;
-    let ask = |id: i64| {
-        Step::Send(
-            json!({"jsonrpc":"2.0","id":id,"method":"elicitation/create","params":{"message":"n","requestedSchema":{"type":"object","properties":{}}}}),
-        )
-    };
     mock.script(
         "ask",
         vec![vec![
-            ask(1),
+            Step::elicit(1),
             Step::Await(1),
-            ask(2),
+            Step::elicit(2),
             Step::Await(2),
             Step::Reply(json!({"content":[]})),
         ]],

@@ -38,6 +38,16 @@ pub enum Step {
     Hang,
 }
 
+impl Step {
+    /// An `elicitation/create` with server-request id `id` and an empty form.
+    pub fn elicit(id: i64) -> Self {
+        Self::Send(serde_json::json!({
+            "jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+            "params": {"message": "n", "requestedSchema": {"type": "object", "properties": {}}}
+        }))
+    }
+}
+
 #[derive(Default)]
 struct State {
     scripts: Mutex<HashMap<String, Vec<Vec<Step>>>>,

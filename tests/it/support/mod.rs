@@ -35,7 +35,7 @@ impl TestProxy {
         let config = Config::from_toml_str(&text).expect("test config");
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let app = App::new(config);
+        let app = App::new(config).expect("test keys");
         let (tx, rx) = oneshot::channel::<()>();
         let served = tokio::spawn(server::run(listener, Arc::clone(&app), async move {
             let _ = rx.await;
