@@ -89,8 +89,9 @@ pub(crate) struct CallContext {
 pub(crate) struct CallSpec {
     /// Method name.
     pub(crate) method: String,
-    /// Params sent upstream (modern-only fields removed).
-    pub(crate) upstream_params: Value,
+    /// Params sent upstream (modern-only fields removed), as JSON text: kept for a re-send
+    /// after -32042, and a parked call holds text, not a tree several times its size.
+    pub(crate) upstream_params: Option<Box<RawValue>>,
     /// Declared client capabilities.
     pub(crate) capabilities: Value,
     /// May park (`tools/call`, `prompts/get`, `resources/read`).

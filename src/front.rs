@@ -239,7 +239,7 @@ fn start_call(
     let (leg, rx) = open_leg(&req);
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
-        upstream_params: req.upstream_params(),
+        upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
         method: req.method,
         capabilities: req.capabilities,
         input_capable,

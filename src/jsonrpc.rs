@@ -175,19 +175,52 @@ pub(crate) fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
         .unwrap_or_default()
 }
 
-/// Serialises a request with an integer id (used toward the upstream).
-pub(crate) fn request_bytes(id: i64, method: &str, params: &Value) -> Vec<u8> {
-    let body = if params.is_null() {
-        serde_json::json!({"jsonrpc":"2.0","id":id,"method":method})
-    } else {
-        serde_json::json!({"jsonrpc":"2.0","id":id,"method":method,"params":params})
-    };
-    serde_json::to_vec(&body).unwrap_or_default()
+/// Serialises a request with an integer id (used toward the upstream). `params` are written as
+/// they are (no tree is built or copied); `None` or `null` leaves them out.
+pub(crate) fn request_bytes(id: i64, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    let method = serde_json::to_string(method).unwrap_or_default();
+    let params = params.map(RawValue::get).filter(|p| *p != "null");
+    let mut out = Vec::with_capacity(48 + method.len() + params.map_or(0, str::len));
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    out.extend_from_slice(id.to_string().as_bytes());
+    out.extend_from_slice(b",\"method\":");
+    out.extend_from_slice(method.as_bytes());
+    if let Some(p) = params {
+        out.extend_from_slice(b",\"params\":");
+        out.extend_from_slice(p.as_bytes());
+    }
+    out.push(b'}');
+    out
+}
+
+/// `v` as raw JSON text (`None` only if it cannot be serialised, which a `Value` always can).
+pub(crate) fn raw(v: &Value) -> Option<Box<RawValue>> {
+    serde_json::value::to_raw_value(v).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_bytes_are_valid_json_with_params_as_given() {
+        let params = raw(&serde_json::json!({"name": "t", "arguments": {"a": [1, "\u{e9}"]}}));
+        let bytes = request_bytes(7, "tools/\"call", params.as_deref());
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["method"], "tools/\"call");
+        assert_eq!(v["params"]["arguments"]["a"][1], "\u{e9}");
+        let bare: Value = serde_json::from_slice(&request_bytes(1, "ping", None)).unwrap();
+        assert_eq!(
+            bare,
+            serde_json::json!({"jsonrpc":"2.0","id":1,"method":"ping"})
+        );
+        let null = raw(&Value::Null);
+        assert_eq!(
+            request_bytes(1, "ping", null.as_deref()),
+            request_bytes(1, "ping", None)
+        );
+    }
 
     #[test]
     fn classifies_request_notification_response() {

@@ -29,7 +29,7 @@ impl Call {
                 return Ok(());
             };
             let (id, headers) =
-                session.start_request(&self.spec.method, &self.spec.upstream_params);
+                session.start_request(&self.spec.method, self.spec.upstream_params.as_deref());
             let mut headers = Box::pin(headers);
             let stream = match self.wait_for_headers(&mut headers).await {
                 BeforeHeaders::Arrived(Ok(stream)) => ResponseStream::Ready(stream),

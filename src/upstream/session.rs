@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, StatusCode};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
@@ -236,7 +237,8 @@ impl Session {
         method: &str,
         params: &Value,
     ) -> Result<(i64, MessageStream), UpstreamError> {
-        let (id, headers) = self.start_request(method, params);
+        let params = jsonrpc::raw(params);
+        let (id, headers) = self.start_request(method, params.as_deref());
         match tokio::time::timeout(self.client.timeout(), headers).await {
             Ok(stream) => Ok((id, stream?)),
             Err(_) => Err(UpstreamError::Timeout),
@@ -249,7 +251,7 @@ impl Session {
     pub(crate) fn start_request(
         self: &Arc<Self>,
         method: &str,
-        params: &Value,
+        params: Option<&RawValue>,
     ) -> (
         i64,
         impl std::future::Future<Output = Result<MessageStream, UpstreamError>> + Send + 'static,
@@ -359,7 +361,7 @@ async fn handshake(
         "capabilities": params.capabilities,
         "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
     });
-    let body = jsonrpc::request_bytes(0, "initialize", &init);
+    let body = jsonrpc::request_bytes(0, "initialize", jsonrpc::raw(&init).as_deref());
     let req = base_request(client, Method::POST, None, None, params.auth.as_ref())
         .body(body::full(body))
         .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
