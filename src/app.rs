@@ -7,9 +7,10 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
-use crate::call::{CallContext, ParkedCalls};
+use crate::call::{CallContext, ParkLimits, ParkedCalls};
 use crate::config::Config;
 use crate::keys::{self, KeyError, KeySet};
+use crate::limits::PrincipalGate;
 use crate::metrics::Metrics;
 use crate::state_token::{random_id, TokenCodec};
 use crate::upstream::{PoolConfig, SessionPool, UpstreamClient};
@@ -28,6 +29,8 @@ pub struct App {
     pub(crate) calls: Arc<CallContext>,
     /// Counters for `/metrics`.
     pub(crate) metrics: Arc<Metrics>,
+    /// Requests in flight per principal (`server.max_requests_per_principal`).
+    pub(crate) principals: Arc<PrincipalGate>,
     /// Flips to `true` when shutdown begins: readiness off, no new long-lived work, listen
     /// streams end; parked calls may still be resumed.
     pub(crate) draining: watch::Sender<bool>,
@@ -60,8 +63,11 @@ impl App {
         let calls = Arc::new(CallContext {
             pool: Arc::clone(&pool),
             parked: ParkedCalls::new(
-                config.max_parked,
-                config.max_parked_per_principal,
+                ParkLimits {
+                    total: config.max_parked,
+                    per_principal: config.max_parked_per_principal,
+                    bytes: config.max_parked_memory,
+                },
                 config.state_ttl,
             ),
             tokens: TokenCodec::new(keys, issuer, config.state_ttl),
@@ -74,6 +80,7 @@ impl App {
             cache_scope: config.cache_scope,
         });
         Ok(Arc::new(Self {
+            principals: PrincipalGate::new(config.client_limits.max_requests_per_principal),
             config,
             pool,
             calls,
@@ -125,6 +132,21 @@ impl App {
     /// Calls parked right now.
     pub fn parked_calls(&self) -> usize {
         self.calls.parked.len()
+    }
+
+    /// Call actors running now (parked ones included).
+    pub fn open_calls(&self) -> usize {
+        self.calls.open()
+    }
+
+    /// Bytes charged to parked calls right now (against `state.max_parked_memory`).
+    pub fn parked_memory(&self) -> usize {
+        self.calls.parked.held_bytes()
+    }
+
+    /// Principals with a request in flight right now.
+    pub fn busy_principals(&self) -> usize {
+        self.principals.principals()
     }
 
     /// Idle upstream sessions right now.

@@ -28,6 +28,16 @@ pub fn empty() -> Body {
         .boxed()
 }
 
+/// `body`, keeping `guard` alive until the body ends or is dropped (a permit that must last
+/// as long as a streamed answer).
+pub fn hold<G: Send + Sync + 'static>(body: Body, guard: G) -> Body {
+    body.map_frame(move |frame| {
+        let _held = &guard;
+        frame
+    })
+    .boxed()
+}
+
 /// A streaming body fed by an mpsc channel; the stream ends when every sender is dropped.
 #[derive(Debug)]
 pub struct ChannelBody {

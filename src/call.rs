@@ -56,7 +56,7 @@ mod send;
 
 pub(crate) use leg::{Leg, LegEvent, Outcome};
 use registry::ParkGuard;
-pub(crate) use registry::{ParkedCalls, Retry};
+pub(crate) use registry::{ParkLimits, ParkedCalls, Retry};
 use rounds::Rounds;
 
 /// What every call actor shares.

@@ -158,6 +158,10 @@ pub struct Config {
     pub max_parked: usize,
     /// Bound on parked calls per principal.
     pub max_parked_per_principal: usize,
+    /// Bound on the memory charged to parked calls in all (params + a fixed overhead each).
+    pub max_parked_memory: usize,
+    /// Bounds on what one client may send or hold open.
+    pub client_limits: ClientLimits,
     /// Server requests one call may have pending at once (a round is at most this many keys).
     pub max_input_requests: usize,
     /// `ttlMs` stamped on cacheable results.
@@ -196,6 +200,7 @@ impl Config {
         let listen = s.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listen: SocketAddr = listen.parse().map_err(|e| invalid("server.listen", e))?;
         let times = ServerTimes::from_raw(&s)?;
+        let client_limits = ClientLimits::from_raw(&s)?;
         let mcp_path = mcp_path(s.mcp_path)?;
         let up = UpstreamSettings::from_raw(u)?;
         let pool = Bounds::from_raw(p, &st)?;
@@ -235,6 +240,8 @@ impl Config {
             gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
             max_parked: pool.max_parked,
             max_parked_per_principal: pool.max_parked_per_principal,
+            max_parked_memory: pool.max_parked_memory,
+            client_limits,
             max_input_requests: pool.max_input_requests,
             cache_ttl_ms: r.ttl_ms.unwrap_or(0),
             cache_scope,
@@ -283,6 +290,7 @@ struct Bounds {
     session_acquire_timeout: Duration,
     max_parked: usize,
     max_parked_per_principal: usize,
+    max_parked_memory: usize,
     max_input_requests: usize,
 }
 
@@ -291,6 +299,11 @@ impl Bounds {
         Ok(Self {
             max_parked: positive("state.max_parked", st.max_parked, 500)?,
             max_input_requests: positive("state.max_input_requests", st.max_input_requests, 32)?,
+            max_parked_memory: size(
+                "state.max_parked_memory",
+                st.max_parked_memory.as_deref(),
+                "256MiB",
+            )?,
             max_parked_per_principal: positive(
                 "state.max_parked_per_principal",
                 st.max_parked_per_principal,
@@ -345,6 +358,45 @@ impl UpstreamSettings {
 }
 
 // The durations of `[server]`, validated.
+/// Bounds on one client's requests (`[server]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientLimits {
+    /// Header fields in one request; more get 431.
+    pub max_headers: usize,
+    /// Bytes of one request's head (request line and headers); more get 431.
+    pub max_header_bytes: usize,
+    /// Requests of one principal answered at once; more get 429.
+    pub max_requests_per_principal: usize,
+}
+
+/// Smallest `server.max_header_bytes` (hyper reads heads into a buffer of at least this).
+pub const MIN_HEADER_BYTES: usize = 8192;
+
+impl ClientLimits {
+    fn from_raw(s: &RawServer) -> Result<Self, ConfigError> {
+        let max_header_bytes = size(
+            "server.max_header_bytes",
+            s.max_header_bytes.as_deref(),
+            "64KiB",
+        )?;
+        if max_header_bytes < MIN_HEADER_BYTES {
+            return Err(invalid(
+                "server.max_header_bytes",
+                format!("must be at least {MIN_HEADER_BYTES} bytes (8KiB)"),
+            ));
+        }
+        Ok(Self {
+            max_headers: positive("server.max_headers", s.max_headers, 100)?,
+            max_header_bytes,
+            max_requests_per_principal: positive(
+                "server.max_requests_per_principal",
+                s.max_requests_per_principal,
+                256,
+            )?,
+        })
+    }
+}
+
 struct ServerTimes {
     keepalive: Duration,
     header_read: Duration,

@@ -138,6 +138,10 @@ pub(crate) enum ProxyError {
     /// A configured limit was hit (503 + Retry-After).
     #[error("{0}")]
     Overloaded(String),
+    /// The principal has `server.max_requests_per_principal` requests in flight (429 +
+    /// Retry-After).
+    #[error("too many requests in flight for this principal; retry later")]
+    TooManyRequests,
     /// Request body over the configured bound (413).
     #[error("request body exceeds {limit} bytes")]
     BodyTooLarge {
@@ -185,6 +189,7 @@ impl ProxyError {
             | Self::BodyTimeout { .. }
             | Self::Forbidden
             | Self::MethodNotAllowed
+            | Self::TooManyRequests
             | Self::Rpc(_) => Side::Client,
             Self::Upstream(UpstreamError::Unauthorized { .. } | UpstreamError::Refused(_)) => {
                 Side::Client
@@ -208,6 +213,7 @@ impl ProxyError {
             | Self::MissingCapability { .. } => StatusCode::BAD_REQUEST,
             Self::MethodNotFound(_) => StatusCode::NOT_FOUND,
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Forbidden => StatusCode::FORBIDDEN,
@@ -244,9 +250,9 @@ impl ProxyError {
                 protocol::MISSING_REQUIRED_CLIENT_CAPABILITY,
                 Some(serde_json::json!({"requiredCapabilities": required})),
             ),
-            Self::Overloaded(_) | Self::Upstream(UpstreamError::Busy(_)) => {
-                (protocol::SERVER_OVERLOADED, None)
-            }
+            Self::Overloaded(_)
+            | Self::TooManyRequests
+            | Self::Upstream(UpstreamError::Busy(_)) => (protocol::SERVER_OVERLOADED, None),
             Self::Upstream(UpstreamError::Unauthorized { .. } | UpstreamError::Refused(_)) => {
                 (protocol::INVALID_REQUEST, None)
             }
@@ -275,7 +281,9 @@ impl ProxyError {
     pub(crate) fn extra_headers(&self) -> HeaderMap {
         let mut h = HeaderMap::new();
         match self {
-            Self::Overloaded(_) | Self::Upstream(UpstreamError::Busy(_)) => {
+            Self::Overloaded(_)
+            | Self::TooManyRequests
+            | Self::Upstream(UpstreamError::Busy(_)) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             Self::Upstream(UpstreamError::Unauthorized {

@@ -20,7 +20,7 @@ use crate::call::{self, CallSpec, Leg, LegEvent, Retry};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
-use crate::metrics::{self, Era, RequestTimer, TokenRejection};
+use crate::metrics::{self, Era, Limit, RequestTimer, TokenRejection};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 use crate::state_token::{principal_digest, request_digest, TokenError};
@@ -41,6 +41,16 @@ const MAX_LOGGED_ID_BYTES: usize = 64;
 struct Principal {
     digest: String,
     header: Option<(HeaderName, HeaderValue)>,
+}
+
+impl Principal {
+    fn of(name: &HeaderName, headers: &HeaderMap) -> Self {
+        let header = headers.get(name).map(|v| (name.clone(), v.clone()));
+        Self {
+            digest: principal_digest(header.as_ref().map(|(_, v)| v.as_bytes())),
+            header,
+        }
+    }
 }
 
 enum Classified {
@@ -72,9 +82,14 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
     if *req.method() == Method::OPTIONS {
         return cors::preflight(origin, req.headers());
     }
+    let who = Principal::of(&app.config.principal_header, req.headers());
+    let Some(permit) = app.principals.enter(&who.digest) else {
+        app.metrics.limit_hit(Limit::PrincipalRequests);
+        return edge::fail(timer, &ProxyError::TooManyRequests, None);
+    };
     let has_session = req.headers().contains_key(SESSION_HEADER);
     let mut resp = match *req.method() {
-        Method::POST => post(app, req, timer).await,
+        Method::POST => post(app, req, who, timer).await,
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
             timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
@@ -90,10 +105,15 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
     if let Some(origin) = origin {
         cors::allow_origin(&mut resp, origin);
     }
-    resp
+    resp.map(|b| permit.hold_through(b))
 }
 
-async fn post(app: Arc<App>, req: Request<Incoming>, mut timer: RequestTimer) -> Response<Body> {
+async fn post(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    who: Principal,
+    mut timer: RequestTimer,
+) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let limit = app.config.max_body_bytes;
     let deadline = app.config.body_read_timeout;
@@ -106,7 +126,7 @@ async fn post(app: Arc<App>, req: Request<Incoming>, mut timer: RequestTimer) ->
         }
     };
     match classify(&parts.headers, &bytes) {
-        Ok(Classified::Modern(msg)) => modern(app, &parts.headers, msg, timer).await,
+        Ok(Classified::Modern(msg)) => modern(app, &parts.headers, (msg, who), timer).await,
         Ok(Classified::Legacy) => {
             timer.label(Era::Legacy, metrics::Method::HttpPost);
             let req = Request::from_parts(parts, body::full(bytes));
@@ -156,7 +176,7 @@ fn classify(headers: &HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError
 async fn modern(
     app: Arc<App>,
     headers: &HeaderMap,
-    msg: Message,
+    (msg, who): (Message, Principal),
     mut timer: RequestTimer,
 ) -> Response<Body> {
     timer.label(Era::Modern, metrics::Method::of(msg.method()));
@@ -173,13 +193,6 @@ async fn modern(
     let request = match validate::validate(headers, msg) {
         Ok(r) => r,
         Err(e) => return edge::fail(timer, &e, id.as_deref()),
-    };
-    let header = headers
-        .get(&app.config.principal_header)
-        .map(|v| (app.config.principal_header.clone(), v.clone()));
-    let who = Principal {
-        digest: principal_digest(header.as_ref().map(|(_, v)| v.as_bytes())),
-        header,
     };
     let id = request.id.clone();
     match route(&app, request, who).await {

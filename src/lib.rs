@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Modules, each depending only on those below it (a test fails on any cycle):
-//! - [`server`]: listener, accept loop, admin routes, shutdown; [`demo`]: the built-in walkthrough
+//! - [`server`]: listener, accept loop (`conns`: the connection table), admin routes,
+//!   shutdown; [`demo`]: the built-in walkthrough
 //! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
 //! - `edge`: every response built, the SSE writer, failure logging
 //! - [`app`]: the shared state
@@ -30,8 +31,9 @@
 //!   parked calls, `leg`, `end`)
 //! - `rewrite` (results), `input` (input requests), `state_token` (JWT), [`keys`] (the key set:
 //!   files, kids, reload), `upstream` (client, sessions, pool), `metrics`
-//! - `error`, `jsonrpc`, [`sse`], [`body`], [`config`], [`cli`], `protocol` (constants, depends on
-//!   nothing), [`telemetry`], [`shutdown`], [`healthcheck`]
+//! - `limits` (per-principal concurrency), `error`, `jsonrpc`, [`sse`], [`body`], [`config`],
+//!   [`cli`], `protocol` (constants, depends on nothing), [`telemetry`], [`shutdown`],
+//!   [`healthcheck`]
 //!
 //! The public surface is what the binary, the tests and the benchmark use: [`app::App`],
 //! [`server::run`], [`config::Config`], [`cli`], [`demo`], [`sse`], [`body`], [`telemetry`],
@@ -50,6 +52,7 @@ pub mod healthcheck;
 mod input;
 mod jsonrpc;
 pub mod keys;
+mod limits;
 mod metrics;
 mod protocol;
 mod rewrite;

@@ -16,7 +16,7 @@ mod labels;
 
 use labels::Reload;
 pub(crate) use labels::{
-    Capability, Direction, Era, Method, Outcome, TokenRejection, UpstreamFailure,
+    Capability, Direction, Era, Limit, Method, Outcome, TokenRejection, UpstreamFailure,
 };
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -53,6 +53,11 @@ struct DirectionLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabel {
+    limit: Limit,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabel {
     result: Reload,
 }
@@ -64,6 +69,8 @@ type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 pub(crate) struct Snapshot {
     /// Calls parked now.
     pub(crate) parked: usize,
+    /// Bytes charged to parked calls now (see `state.max_parked_memory`).
+    pub(crate) parked_bytes: usize,
     /// Upstream sessions open now (leased and idle).
     pub(crate) sessions: usize,
     /// Idle upstream sessions now.
@@ -89,7 +96,9 @@ pub(crate) struct Metrics {
     upstream_errors: Family<KindLabel, Counter>,
     bytes_relayed: Family<DirectionLabel, Counter>,
     key_reloads: Family<ReloadLabel, Counter>,
+    limits: Family<LimitLabel, Counter>,
     parked: Gauge,
+    parked_bytes: Gauge,
     sessions: Gauge,
     idle_sessions: Gauge,
     session_waiters: Gauge,
@@ -125,7 +134,9 @@ impl Metrics {
             upstream_errors: Family::default(),
             bytes_relayed: Family::default(),
             key_reloads: Family::default(),
+            limits: Family::default(),
             parked: Gauge::default(),
+            parked_bytes: Gauge::default(),
             sessions: Gauge::default(),
             idle_sessions: Gauge::default(),
             session_waiters: Gauge::default(),
@@ -206,7 +217,18 @@ impl Metrics {
 
     fn register_gauges(&mut self) {
         let r = &mut self.registry;
+        r.register(
+            "limit_hits",
+            "Requests refused or connections shed by a bound, by bound",
+            self.limits.clone(),
+        );
         r.register("parked_calls", "Calls parked now", self.parked.clone());
+        r.register_with_unit(
+            "parked_memory",
+            "Memory charged to parked calls now (their params plus a fixed overhead each)",
+            Unit::Bytes,
+            self.parked_bytes.clone(),
+        );
         r.register(
             "upstream_sessions",
             "Upstream sessions open now (leased and idle)",
@@ -222,6 +244,11 @@ impl Metrics {
             "Requests waiting for an upstream session now (pool full)",
             self.session_waiters.clone(),
         );
+    }
+
+    /// A bound refused a request or shed a connection.
+    pub(crate) fn limit_hit(&self, limit: Limit) {
+        self.limits.get_or_create(&LimitLabel { limit }).inc();
     }
 
     /// A key reload ended (`ok` or not).
@@ -304,6 +331,7 @@ impl Metrics {
     pub(crate) fn render(&self, now: Snapshot) -> String {
         let set = |g: &Gauge, v: usize| g.set(i64::try_from(v).unwrap_or(i64::MAX));
         set(&self.parked, now.parked);
+        set(&self.parked_bytes, now.parked_bytes);
         set(&self.sessions, now.sessions);
         set(&self.idle_sessions, now.idle_sessions);
         set(&self.session_waiters, now.session_waiters);
@@ -398,6 +426,7 @@ mod tests {
         m.token_rejected(TokenRejection::Expired);
         let text = m.render(Snapshot {
             parked: 2,
+            parked_bytes: 7,
             sessions: 5,
             idle_sessions: 3,
             session_waiters: 4,
@@ -405,6 +434,7 @@ mod tests {
         assert!(text.contains("mrtr_rounds_total 1\n"), "{text}");
         assert!(text.contains("mrtr_input_requests_total 3\n"));
         assert!(text.contains("mrtr_parked_calls 2\n"));
+        assert!(text.contains("mrtr_parked_memory_bytes 7\n"), "{text}");
         assert!(text.contains("mrtr_upstream_sessions 5\n"));
         assert!(text.contains("mrtr_idle_sessions 3\n"));
         assert!(text.contains("mrtr_session_waiters 4\n"));

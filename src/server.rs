@@ -26,14 +26,12 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::app::App;
 use crate::body::{full, Body};
-use crate::metrics::Snapshot;
+use crate::metrics::{Limit, Snapshot};
 use crate::{edge, front};
 
 /// How long connections get, after the cancel phase, to deliver their last answers.
@@ -45,6 +43,10 @@ const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=
 const ADMIN_CONNECTIONS: usize = 64;
 /// The drain ends early only after this long with no call open and no request seen.
 const DRAIN_QUIET: Duration = Duration::from_millis(250);
+
+mod conns;
+
+use conns::{Admitted, Conns};
 
 /// The sockets to serve: the MCP endpoint, and optionally a separate admin one.
 #[derive(Debug)]
@@ -122,8 +124,7 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
 
 /// Serves `listeners` until `shutdown` resolves, then shuts down as the module doc says.
 pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) {
-    let graceful = GracefulShutdown::new();
-    let conns = Arc::new(Semaphore::new(app.config.max_connections));
+    let conns = Conns::new(app.config.max_connections);
     let background = tokio::spawn(background(Arc::clone(&app)));
     let reloads = tokio::spawn(crate::shutdown::on_hangup({
         let app = Arc::clone(&app);
@@ -136,18 +137,11 @@ pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Ou
     // Probes keep their answers (readiness 503 during the drain) until the process exits.
     let admin = listeners.admin.map(|l| {
         let app = Arc::clone(&app);
-        let conns = Arc::new(Semaphore::new(ADMIN_CONNECTIONS));
+        let conns = Conns::new(ADMIN_CONNECTIONS);
         let idle = Arc::new(Activity::new());
-        tokio::spawn(async move { accept(&l, &app, &idle, None, &conns, Routes::Admin).await })
+        tokio::spawn(async move { accept(&l, &app, &idle, &conns, Routes::Admin).await })
     });
-    let serving = accept(
-        &listeners.main,
-        &app,
-        &activity,
-        Some(&graceful),
-        &conns,
-        main,
-    );
+    let serving = accept(&listeners.main, &app, &activity, &conns, main);
     tokio::select! {
         () = serving => {}
         () = shutdown => {}
@@ -159,7 +153,6 @@ pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Ou
         listener: listeners.main,
         app,
         activity,
-        graceful,
         conns,
         routes: main,
     };
@@ -174,8 +167,7 @@ struct Serving {
     listener: TcpListener,
     app: Arc<App>,
     activity: Arc<Activity>,
-    graceful: GracefulShutdown,
-    conns: Arc<Semaphore>,
+    conns: Arc<Conns>,
     routes: Routes,
 }
 
@@ -185,14 +177,13 @@ impl Serving {
             listener,
             app,
             activity,
-            graceful,
             conns,
             routes,
         } = self;
         tracing::info!("shutting down: draining");
         app.begin_drain();
         let grace = app.config.shutdown_grace;
-        let serving = accept(&listener, &app, &activity, Some(&graceful), &conns, routes);
+        let serving = accept(&listener, &app, &activity, &conns, routes);
         tokio::select! {
             () = serving => {}
             drained = drain(&app, &activity, grace) => if !drained {
@@ -211,7 +202,8 @@ impl Serving {
                 "calls did not finish cancelling in time"
             );
         }
-        let _ = tokio::time::timeout(CONNECTION_CLOSE_TIMEOUT, graceful.shutdown()).await;
+        conns.close_all();
+        let _ = tokio::time::timeout(CONNECTION_CLOSE_TIMEOUT, conns.all_closed()).await;
         app.pool.close_all(cancel).await;
         tracing::info!("shut down");
     }
@@ -241,19 +233,16 @@ async fn drain(app: &App, activity: &Activity, grace: Duration) -> bool {
     }
 }
 
-// Accepts connections forever (each bounded by a permit), serving `routes` on each.
+// Accepts connections forever (each holding a slot of `conns`), serving `routes` on each.
 async fn accept(
     listener: &TcpListener,
     app: &Arc<App>,
     activity: &Arc<Activity>,
-    graceful: Option<&GracefulShutdown>,
-    conns: &Arc<Semaphore>,
+    conns: &Arc<Conns>,
     routes: Routes,
 ) {
+    let settings = ConnSettings::of(&app.config);
     loop {
-        let Ok(permit) = Arc::clone(conns).acquire_owned().await else {
-            return;
-        };
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
@@ -261,37 +250,83 @@ async fn accept(
                 continue;
             }
         };
+        let Some((slot, shed)) = conns.admit(settings.header_timeout).await else {
+            tracing::debug!(%peer, open = conns.len(), "no connection slot came free: closing the new connection");
+            continue;
+        };
+        if shed {
+            app.metrics.limit_hit(Limit::IdleConnectionShed);
+            tracing::debug!(%peer, "shed the longest-idle connection to admit a new one");
+        }
         // SSE events are small writes; Nagle would hold them back behind delayed ACKs.
         let _ = stream.set_nodelay(true);
-        let header_timeout = app.config.header_read_timeout;
+        let slot = Arc::new(slot);
         let app = Arc::clone(app);
         let activity = Arc::clone(activity);
+        let on_conn = Arc::clone(&slot);
         let svc = service_fn(move |req| {
             let app = Arc::clone(&app);
             let activity = Arc::clone(&activity);
+            // The connection is busy until the answer's body ends, not just its head.
+            let busy = on_conn.busy();
             async move {
                 let _in_flight = activity.begin();
-                Ok::<_, Infallible>(route(app, req, routes).await)
+                let resp = route(app, req, routes).await;
+                Ok::<_, Infallible>(resp.map(|b| crate::body::hold(b, busy)))
             }
         });
         let accepted = Accepted {
             stream,
             peer,
-            permit,
-            header_timeout,
-            watcher: graceful.map(GracefulShutdown::watcher),
+            slot,
+            settings,
         };
         tokio::spawn(accepted.serve(svc));
     }
 }
 
-/// One accepted connection, its permit, and what it is served with.
+/// One accepted connection, its slot, and what it is served with.
 struct Accepted {
     stream: tokio::net::TcpStream,
     peer: SocketAddr,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    slot: Arc<Admitted>,
+    settings: ConnSettings,
+}
+
+/// The bounds every connection is served with.
+#[derive(Clone, Copy)]
+struct ConnSettings {
     header_timeout: Duration,
-    watcher: Option<hyper_util::server::graceful::Watcher>,
+    max_headers: usize,
+    max_header_bytes: usize,
+}
+
+impl ConnSettings {
+    fn of(config: &crate::config::Config) -> Self {
+        Self {
+            header_timeout: config.header_read_timeout,
+            max_headers: config.client_limits.max_headers,
+            max_header_bytes: config.client_limits.max_header_bytes,
+        }
+    }
+
+    // hyper answers 431 to a head past these bounds (HTTP/1), or refuses the stream (HTTP/2);
+    // with a timer it closes an HTTP/1 connection whose next request head does not arrive in
+    // time (slow headers, idle keep-alive).
+    fn builder(self) -> auto::Builder<TokioExecutor> {
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_timeout)
+            .max_headers(self.max_headers)
+            .max_buf_size(self.max_header_bytes);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(self.max_header_bytes).unwrap_or(u32::MAX));
+        builder
+    }
 }
 
 impl Accepted {
@@ -309,48 +344,38 @@ impl Accepted {
         let Self {
             stream,
             peer,
-            permit,
-            header_timeout,
-            watcher,
+            slot,
+            settings,
         } = self;
         // Telling HTTP/1 from HTTP/2 waits for the first bytes with no deadline of its own: a
-        // socket that never sends one would hold its permit for good. (`readable()` may report
+        // socket that never sends one would hold its slot for good. (`readable()` may report
         // a fresh socket ready early; a peek waits for a real byte.)
         let mut first = [0u8; 1];
-        if tokio::time::timeout(header_timeout, stream.peek(&mut first))
+        if tokio::time::timeout(settings.header_timeout, stream.peek(&mut first))
             .await
             .is_err()
         {
             tracing::debug!(%peer, "closing a connection that sent nothing");
-            return drop(permit);
+            return;
         }
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        // With a timer, hyper closes an HTTP/1 connection whose next request head does not
-        // arrive in time (slow headers, idle keep-alive).
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout);
-        builder.http2().timer(TokioTimer::new());
+        let builder = settings.builder();
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), svc)
             .into_owned();
-        match watcher {
-            Some(w) => finish(w.watch(conn), peer, permit).await,
-            None => finish(conn, peer, permit).await,
+        let mut conn = std::pin::pin!(conn);
+        // Shed (the table needs the room) or shutting down: finish what is in flight, then
+        // close.
+        let ended = tokio::select! {
+            r = conn.as_mut() => r,
+            () = slot.close_requested() => {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        };
+        if let Err(e) = ended {
+            tracing::debug!(%peer, error = %e, "connection ended with an error");
         }
     }
-}
-
-async fn finish<E: std::fmt::Display>(
-    conn: impl Future<Output = Result<(), E>>,
-    peer: SocketAddr,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) {
-    if let Err(e) = conn.await {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
-    }
-    drop(permit);
 }
 
 async fn route(app: Arc<App>, req: Request<Incoming>, routes: Routes) -> Response<Body> {
@@ -385,6 +410,7 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
         (&Method::GET, "/metrics") => {
             let now = Snapshot {
                 parked: app.parked_calls(),
+                parked_bytes: app.calls.parked.held_bytes(),
                 sessions: app.pool.open_sessions(),
                 idle_sessions: app.idle_sessions(),
                 session_waiters: app.session_waiters(),

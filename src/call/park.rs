@@ -14,6 +14,7 @@ use super::{Call, Parking, Phase};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Message};
+use crate::metrics::Limit;
 use crate::protocol::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::state_token::random_id;
 use crate::upstream::{Session, UpstreamError};
@@ -77,6 +78,7 @@ impl Call {
         let handle = match self.registered() {
             Ok(h) => h,
             Err(e) => {
+                self.ctx.metrics.limit_hit(Limit::Parked);
                 self.cancel_upstream("the proxy is at its parked-call limit")
                     .await;
                 return self.fail_on(leg, e).await;
@@ -119,10 +121,11 @@ impl Call {
         }
         let (tx, retries) = mpsc::channel(1);
         let spec = &self.spec;
+        let held = spec.upstream_params.as_ref().map_or(0, |p| p.get().len());
         let guard = self.ctx.parked.register(
             random_id(HANDLE_BYTES),
-            &spec.principal,
-            &spec.request_digest,
+            (&spec.principal, &spec.request_digest),
+            held,
             tx,
         )?;
         let handle = guard.handle().to_owned();

@@ -27,14 +27,30 @@ pub(crate) struct Retry {
     pub(crate) leg: Leg,
 }
 
+/// How many calls may be parked, and how much memory they may hold.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ParkLimits {
+    /// Parked calls in all.
+    pub(crate) total: usize,
+    /// Parked calls of one principal.
+    pub(crate) per_principal: usize,
+    /// Bytes charged to parked calls in all (see [`ParkedCalls::register`]).
+    pub(crate) bytes: usize,
+}
+
+/// What one parked call is charged besides its params: its actor, its upstream stream and
+/// connection buffers, the registry entry (`cargo bench --bench parked_memory` measures the
+/// whole).
+pub(crate) const PARKED_CALL_OVERHEAD: usize = 16 * 1024;
+
 /// The registry.
 #[derive(Debug)]
 pub(crate) struct ParkedCalls {
     map: DashMap<String, Slot>,
     per_principal: DashMap<String, usize>,
     total: AtomicUsize,
-    max_total: usize,
-    max_per_principal: usize,
+    held_bytes: AtomicUsize,
+    limits: ParkLimits,
     tombstone_ttl: Duration,
 }
 
@@ -49,6 +65,8 @@ enum Slot {
 pub(crate) struct Parked {
     principal: String,
     request: String,
+    /// Bytes charged against the total bound.
+    bytes: usize,
     tx: mpsc::Sender<Retry>,
     round: Mutex<Round>,
 }
@@ -71,19 +89,20 @@ pub(crate) struct ParkGuard {
 
 impl ParkedCalls {
     /// An empty registry with the given bounds.
-    pub(crate) fn new(
-        max_total: usize,
-        max_per_principal: usize,
-        tombstone_ttl: Duration,
-    ) -> Arc<Self> {
+    pub(crate) fn new(limits: ParkLimits, tombstone_ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
             per_principal: DashMap::new(),
             total: AtomicUsize::new(0),
-            max_total,
-            max_per_principal,
+            held_bytes: AtomicUsize::new(0),
+            limits,
             tombstone_ttl,
         })
+    }
+
+    /// Bytes charged to parked calls right now.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.held_bytes.load(Ordering::Relaxed)
     }
 
     /// Parked calls right now.
@@ -91,37 +110,33 @@ impl ParkedCalls {
         self.total.load(Ordering::Relaxed)
     }
 
-    /// Registers a parked call under `handle`.
+    /// Registers a parked call under `handle`, charging it `held` bytes (what it keeps: its
+    /// params) plus [`PARKED_CALL_OVERHEAD`].
     ///
     /// # Errors
-    /// [`ProxyError::Overloaded`] past the total or per-principal bound.
+    /// [`ProxyError::Overloaded`] past the total, per-principal or memory bound.
     pub(crate) fn register(
         self: &Arc<Self>,
         handle: String,
-        principal: &str,
-        request: &str,
+        (principal, request): (&str, &str),
+        held: usize,
         tx: mpsc::Sender<Retry>,
     ) -> Result<ParkGuard, ProxyError> {
-        if self.total.fetch_add(1, Ordering::AcqRel) >= self.max_total {
-            self.total.fetch_sub(1, Ordering::AcqRel);
+        let bytes = held.saturating_add(PARKED_CALL_OVERHEAD);
+        if self.held_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes > self.limits.bytes {
+            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
             return Err(ProxyError::Overloaded(
-                "too many parked calls; retry later".into(),
+                "parked calls hold too much memory; retry later".into(),
             ));
         }
-        {
-            let mut n = self.per_principal.entry(principal.to_owned()).or_insert(0);
-            if *n >= self.max_per_principal {
-                drop(n);
-                self.total.fetch_sub(1, Ordering::AcqRel);
-                return Err(ProxyError::Overloaded(
-                    "too many parked calls for this principal; retry later".into(),
-                ));
-            }
-            *n += 1;
+        if let Err(e) = self.count_in(principal) {
+            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(e);
         }
         let entry = Arc::new(Parked {
             principal: principal.to_owned(),
             request: request.to_owned(),
+            bytes,
             tx,
             round: Mutex::new(Round::default()),
         });
@@ -133,6 +148,26 @@ impl ParkedCalls {
             entry,
             retired: None,
         })
+    }
+
+    // One more parked call in all and for `principal`, within their bounds.
+    fn count_in(&self, principal: &str) -> Result<(), ProxyError> {
+        if self.total.fetch_add(1, Ordering::AcqRel) >= self.limits.total {
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(ProxyError::Overloaded(
+                "too many parked calls; retry later".into(),
+            ));
+        }
+        let mut n = self.per_principal.entry(principal.to_owned()).or_insert(0);
+        if *n >= self.limits.per_principal {
+            drop(n);
+            self.total.fetch_sub(1, Ordering::AcqRel);
+            return Err(ProxyError::Overloaded(
+                "too many parked calls for this principal; retry later".into(),
+            ));
+        }
+        *n += 1;
+        Ok(())
     }
 
     /// Claims the round named by verified `claims`: checks the handle is live, the `jti` is the
@@ -222,6 +257,9 @@ impl ParkGuard {
         );
         self.retired = Some(reason);
         self.calls.total.fetch_sub(1, Ordering::AcqRel);
+        self.calls
+            .held_bytes
+            .fetch_sub(self.entry.bytes, Ordering::AcqRel);
         let principal = &self.entry.principal;
         let empty = match self.calls.per_principal.get_mut(principal) {
             Some(mut n) => {
@@ -268,9 +306,9 @@ mod tests {
 
     #[test]
     fn a_claim_is_single_use_and_checks_principal_and_request() {
-        let calls = ParkedCalls::new(10, 10, Duration::from_secs(60));
+        let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
         let (tx, _rx) = mpsc::channel(1);
-        let guard = calls.register("h".into(), "p", "r", tx).unwrap();
+        let guard = calls.register("h".into(), ("p", "r"), 0, tx).unwrap();
         let asked = Asked {
             key: "elicitation-1".into(),
             kind: crate::input::InputKind::Elicitation,
@@ -291,9 +329,10 @@ mod tests {
 
     #[test]
     fn retiring_closes_the_entry_at_once_and_counts_it_once() {
-        let calls = ParkedCalls::new(10, 10, Duration::from_secs(60));
+        let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
         let (tx, _rx) = mpsc::channel(1);
-        let mut guard = calls.register("h".into(), "p", "r", tx).unwrap();
+        let mut guard = calls.register("h".into(), ("p", "r"), 100, tx).unwrap();
+        assert_eq!(calls.held_bytes(), 100 + PARKED_CALL_OVERHEAD);
         guard.open_round("j1", Vec::new());
         assert_eq!(calls.len(), 1);
         guard.retire("the call expired");
@@ -310,5 +349,36 @@ mod tests {
             "dropping a retired guard does not count it again"
         );
         assert!(calls.per_principal.get("p").is_none());
+        assert_eq!(calls.held_bytes(), 0);
+    }
+
+    fn limits(n: usize) -> ParkLimits {
+        ParkLimits {
+            total: n,
+            per_principal: n,
+            bytes: usize::MAX,
+        }
+    }
+
+    #[test]
+    fn the_memory_bound_refuses_a_call_and_counts_nothing_for_it() {
+        let bound = ParkLimits {
+            bytes: 3 * PARKED_CALL_OVERHEAD,
+            ..limits(10)
+        };
+        let calls = ParkedCalls::new(bound, Duration::from_secs(60));
+        let (tx, _rx) = mpsc::channel(1);
+        let big = calls
+            .register("a".into(), ("p", "r"), PARKED_CALL_OVERHEAD, tx.clone())
+            .unwrap();
+        let refused = calls.register("b".into(), ("p", "r"), PARKED_CALL_OVERHEAD, tx.clone());
+        assert!(matches!(refused, Err(ProxyError::Overloaded(m)) if m.contains("memory")));
+        assert_eq!(
+            (calls.len(), calls.held_bytes()),
+            (1, 2 * PARKED_CALL_OVERHEAD)
+        );
+        let small = calls.register("c".into(), ("p", "r"), 0, tx).unwrap();
+        drop((big, small));
+        assert_eq!((calls.len(), calls.held_bytes()), (0, 0));
     }
 }

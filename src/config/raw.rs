@@ -57,6 +57,12 @@ pub struct RawServer {
     pub keepalive: Option<String>,
     /// `max_connections`
     pub max_connections: Option<usize>,
+    /// `max_headers`
+    pub max_headers: Option<usize>,
+    /// `max_header_bytes`
+    pub max_header_bytes: Option<String>,
+    /// `max_requests_per_principal`
+    pub max_requests_per_principal: Option<usize>,
     /// `header_read_timeout`
     pub header_read_timeout: Option<String>,
     /// `body_read_timeout`
@@ -121,6 +127,8 @@ pub struct RawState {
     pub max_parked: Option<usize>,
     /// `max_parked_per_principal`
     pub max_parked_per_principal: Option<usize>,
+    /// `max_parked_memory`
+    pub max_parked_memory: Option<String>,
     /// `max_input_requests`
     pub max_input_requests: Option<usize>,
 }

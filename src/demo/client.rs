@@ -22,6 +22,8 @@ pub struct Exchange {
     pub status: StatusCode,
     /// `Content-Type` of the answer.
     pub content_type: String,
+    /// Every response header.
+    pub headers: http::HeaderMap,
     /// Notifications received before the final message.
     pub notifications: Vec<Value>,
     /// The final JSON-RPC message (response or error), `Null` if none came.
@@ -148,6 +150,7 @@ impl ModernClient {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
+        let headers = resp.headers().clone();
         let bytes = tokio::time::timeout(Duration::from_secs(60), resp.into_body().collect())
             .await
             .map_err(|_| "body timed out".to_owned())?
@@ -166,6 +169,7 @@ impl ModernClient {
         Ok(Exchange {
             status,
             content_type,
+            headers,
             notifications: messages,
             last,
             raw: bytes,

@@ -121,6 +121,18 @@ label_values! {
 }
 
 label_values! {
+    /// A bound that refused or shed something.
+    Limit {
+        /// `server.max_requests_per_principal` (429).
+        PrincipalRequests => "principal_requests",
+        /// `state.max_parked`, `state.max_parked_per_principal` or `state.max_parked_memory`.
+        Parked => "parked",
+        /// `server.max_connections`: an idle keep-alive connection closed to admit a new one.
+        IdleConnectionShed => "idle_connection_shed",
+    }
+}
+
+label_values! {
     /// How a key reload (SIGHUP) ended.
     Reload {
         Ok => "ok",

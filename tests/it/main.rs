@@ -13,6 +13,7 @@
 mod architecture;
 mod config_docs;
 mod front;
+mod hostile;
 mod keys;
 mod lifetimes;
 mod metrics;

@@ -36,6 +36,11 @@ pub enum Step {
     Delay(u64),
     /// Never finish.
     Hang,
+    /// Emit these bytes on the call's SSE stream as they are (garbage, half an event).
+    Raw(&'static str),
+    /// As the first step: answer the call's POST with this HTTP status instead of a stream
+    /// (a `Location` to the mock's own `/redirected` path for a 3xx).
+    Status(u16),
 }
 
 impl Step {
@@ -53,6 +58,7 @@ struct State {
     scripts: Mutex<HashMap<String, Vec<Vec<Step>>>>,
     calls: Mutex<HashMap<String, usize>>,
     posted: Mutex<Vec<Value>>,
+    paths: Mutex<Vec<String>>,
     // (session, message) of every answer to a server request, for `Step::Await`.
     answers: Mutex<Vec<(String, Value)>>,
     deleted: Mutex<Vec<String>>,
@@ -164,6 +170,11 @@ impl Mock {
         self.state.sessions.lock().unwrap().clear();
     }
 
+    /// The path of every request the mock got, in order.
+    pub fn paths(&self) -> Vec<String> {
+        self.state.paths.lock().unwrap().clone()
+    }
+
     pub fn posted(&self) -> Vec<Value> {
         self.state.posted.lock().unwrap().clone()
     }
@@ -174,6 +185,32 @@ impl Mock {
 
     pub fn deleted(&self) -> Vec<String> {
         self.state.deleted.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until `n` POSTed messages match `pred`.
+    pub async fn wait_for_n(&self, what: &str, n: usize, pred: impl Fn(&Value) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let notified = self.state.changed.notified();
+            if self
+                .state
+                .posted
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|v| pred(v))
+                .count()
+                >= n
+            {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                panic!(
+                    "upstream never received {n} of {what}; got {:#?}",
+                    self.posted()
+                );
+            }
+        }
     }
 
     /// Waits (bounded) until a POSTed message matches `pred`; returns it.
@@ -242,6 +279,7 @@ impl Drop for Mock {
 }
 
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
+    st.paths.lock().unwrap().push(req.uri().path().to_owned());
     if req.uri().path() == "/.well-known/oauth-protected-resource/mcp" {
         let mut r = Response::new(full(
             json!({"resource":"http://mock/mcp","authorization_servers":["http://auth.example"]})
@@ -387,6 +425,15 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
         "resources/subscribe" => vec![Step::Reply(json!({}))],
         _ => vec![Step::Reply(json!({}))],
     };
+    if let Some(Step::Status(code)) = script.first() {
+        let mut r = Response::new(full("upstream says no"));
+        *r.status_mut() = StatusCode::from_u16(*code).unwrap();
+        r.headers_mut()
+            .insert("content-type", HeaderValue::from_static("text/plain"));
+        r.headers_mut()
+            .insert("location", HeaderValue::from_static("/redirected"));
+        return r;
+    }
     if st.json_mode.load(Ordering::Relaxed) {
         return json_mode_call(&st, sid.unwrap_or_default(), id, script).await;
     }
@@ -423,6 +470,12 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
                     tx.closed().await;
                     return;
                 }
+                Step::Raw(bytes) => {
+                    if tx.send(Bytes::from_static(bytes.as_bytes())).await.is_err() {
+                        return;
+                    }
+                }
+                Step::Status(_) => {}
             }
         }
     });
@@ -436,7 +489,7 @@ async fn json_mode_call(st: &State, sid: String, id: Value, script: Vec<Step>) -
     let mut last = None;
     for step in script {
         match step {
-            Step::Send(_) => {}
+            Step::Send(_) | Step::Raw(_) | Step::Status(_) => {}
             Step::SendOnGet(m) => send_on_get(st, &sid, &m).await,
             Step::Await(rid) => await_answer(st, &sid, rid).await,
             Step::Reply(r) => {
