@@ -59,6 +59,16 @@ enum Classified {
     Notification,
 }
 
+/// For the fuzz targets: whether a modern request validates.
+pub(crate) fn validate_modern(headers: &HeaderMap, msg: Message) -> bool {
+    validate::validate(headers, msg).is_ok()
+}
+
+/// For the fuzz targets: a mirrored header value decoded (plain, or `=?base64?…?=`).
+pub(crate) fn decode_mirrored(raw: &[u8]) -> Option<String> {
+    validate::decode_header_value(raw)
+}
+
 /// Handles one request on the MCP path, inside its own span (filled in as the request goes).
 pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::info_span!(

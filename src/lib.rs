@@ -22,6 +22,7 @@
 //! ```
 //!
 //! Modules, each depending only on those below it (a test fails on any cycle):
+//! - `fuzzing`: entry points of the `cargo fuzz` targets (`fuzz/`)
 //! - [`server`]: listener, accept loop (`conns`: the connection table), admin routes,
 //!   shutdown; [`demo`]: the built-in walkthrough
 //! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
@@ -48,6 +49,8 @@ pub mod demo;
 mod edge;
 mod error;
 mod front;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod healthcheck;
 mod input;
 mod jsonrpc;

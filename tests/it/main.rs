@@ -13,6 +13,7 @@
 mod architecture;
 mod config_docs;
 mod front;
+mod fuzz_regressions;
 mod hostile;
 mod keys;
 mod lifetimes;

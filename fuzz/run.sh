@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs every fuzz target for a bounded time each (default 60 s; FUZZ_SECONDS overrides) and
+# prints runs per target. Stable Rust works through RUSTC_BOOTSTRAP=1 (cargo fuzz passes nightly
+# -Z sanitizer flags). Installs the pinned cargo-fuzz when it is missing.
+#
+# A crash stops the run with the input under fuzz/artifacts/<target>/: copy it to
+# fuzz/regressions/<target>/ with the fix, so `cargo nextest` replays it for good
+# (tests/it/fuzz_regressions.rs).
+set -euo pipefail
+cd "$(dirname "$0")"
+seconds="${FUZZ_SECONDS:-60}"
+targets=(sse_decoder jsonrpc_envelope modern_headers request_state answer)
+export RUSTC_BOOTSTRAP=1
+if ! cargo fuzz --version 2>/dev/null | grep -q '^cargo-fuzz 0.13.2$'; then
+  cargo install cargo-fuzz --version 0.13.2 --locked -q
+fi
+cargo fuzz build -O
+for t in "${targets[@]}"; do
+  mkdir -p "corpus/$t"
+  log="$(mktemp)"
+  # -max_len bounds each input (the proxy's own bounds are larger, the parsers linear);
+  # -rss_limit_mb turns runaway memory into a failure.
+  if ! cargo fuzz run -O "$t" "corpus/$t" "seeds/$t" -- \
+      -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 >"$log" 2>&1; then
+    tail -40 "$log"
+    echo "fuzz: $t FAILED (input saved under fuzz/artifacts/$t/)"
+    exit 1
+  fi
+  runs="$(grep -o 'Done [0-9]* runs in [0-9]* second' "$log" | tail -1)"
+  echo "fuzz: $t ok: ${runs:-?}"
+  rm -f "$log"
+done
