@@ -75,6 +75,7 @@ impl App {
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),
             gather_window: config.gather_window,
+            sse_idle_timeout: config.upstream_sse_idle_timeout,
             max_input_requests: config.max_input_requests,
             cache_ttl_ms: config.cache_ttl_ms,
             cache_scope: config.cache_scope,

@@ -76,6 +76,8 @@ pub(crate) struct CallContext {
     pub(crate) tasks: TaskTracker,
     /// How long server requests are gathered into one round.
     pub(crate) gather_window: Duration,
+    /// A running call's upstream response may stay silent (no bytes at all) this long.
+    pub(crate) sse_idle_timeout: Duration,
     /// Server requests one call may have pending at once.
     pub(crate) max_input_requests: usize,
     /// `ttlMs` for cacheable results (calls that had no round).
@@ -207,6 +209,9 @@ enum Event {
     GatherOver,
     Retry(Option<Retry>),
     Expired,
+    /// The upstream response of a running call may have been silent too long (checked again
+    /// when handled: bytes may have come meanwhile).
+    UpstreamQuiet,
     Shutdown,
 }
 
@@ -261,6 +266,7 @@ impl Call {
             Event::Retry(Some(retry)) => self.on_retry(retry).await,
             Event::Retry(None) => self.phase = Phase::Done,
             Event::Expired => self.expire().await,
+            Event::UpstreamQuiet => self.on_quiet_upstream().await,
             Event::Shutdown => self.shut_down().await,
         }
     }
@@ -288,6 +294,15 @@ impl Call {
             Upstream::InFlight { stream, .. } => Some(stream),
             Upstream::Idle => None,
         };
+        // Silence is bounded only while a client waits on the upstream: parked, the TTL bounds
+        // it; gathering, the window does.
+        let quiet = match phase {
+            Phase::Running(_) | Phase::Resuming(_) => stream
+                .as_ref()
+                .and_then(|s| s.last_activity())
+                .map(|t| t + ctx.sse_idle_timeout),
+            _ => None,
+        };
         let leg = phase.leg();
         // Biased: a retry already claimed (its token checked) is served before a deadline that
         // fires in the same instant.
@@ -299,6 +314,7 @@ impl Call {
             () = or_pending(leg.map(Leg::closed)) => Event::ClientGone,
             () = or_pending(gather.map(tokio::time::sleep_until)) => Event::GatherOver,
             () = or_pending(deadline.map(tokio::time::sleep_until)) => Event::Expired,
+            () = or_pending(quiet.map(tokio::time::sleep_until)) => Event::UpstreamQuiet,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
         }
     }

@@ -131,6 +131,8 @@ pub struct Config {
     pub upstream_timeout: Duration,
     /// How often readiness checks that the upstream still accepts connections.
     pub upstream_health_interval: Duration,
+    /// A running call whose upstream response sends nothing at all for this long fails (504).
+    pub upstream_sse_idle_timeout: Duration,
     /// Idle connections to the upstream kept for reuse (more are closed).
     pub upstream_max_idle_connections: usize,
     /// Largest accepted SSE event from the upstream.
@@ -227,6 +229,7 @@ impl Config {
             upstream_protocol_version: up.protocol_version,
             upstream_timeout: up.timeout,
             upstream_health_interval: up.health_interval,
+            upstream_sse_idle_timeout: up.sse_idle_timeout,
             upstream_max_idle_connections: up.max_idle_connections,
             max_sse_event_bytes: up.max_sse_event_bytes,
             principal_header: up.principal_header,
@@ -325,6 +328,7 @@ struct UpstreamSettings {
     url: Uri,
     protocol_version: String,
     timeout: Duration,
+    sse_idle_timeout: Duration,
     health_interval: Duration,
     max_idle_connections: usize,
     max_sse_event_bytes: usize,
@@ -340,6 +344,11 @@ impl UpstreamSettings {
                 .protocol_version
                 .unwrap_or_else(|| crate::protocol::DEFAULT_LEGACY_VERSION.to_owned()),
             timeout: nonzero_dur("upstream.timeout", u.timeout.as_deref(), "60s")?,
+            sse_idle_timeout: nonzero_dur(
+                "upstream.sse_idle_timeout",
+                u.sse_idle_timeout.as_deref(),
+                "10m",
+            )?,
             health_interval: nonzero_dur(
                 "upstream.health_interval",
                 u.health_interval.as_deref(),
@@ -357,7 +366,6 @@ impl UpstreamSettings {
     }
 }
 
-// The durations of `[server]`, validated.
 /// Bounds on one client's requests (`[server]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientLimits {
@@ -397,6 +405,7 @@ impl ClientLimits {
     }
 }
 
+// The durations of `[server]`, validated.
 struct ServerTimes {
     keepalive: Duration,
     header_read: Duration,

@@ -10,6 +10,7 @@ use crate::input;
 use crate::jsonrpc::ErrorObject;
 use crate::protocol::INTERNAL_ERROR;
 use crate::state_token::TokenError;
+use crate::upstream::UpstreamError;
 
 impl Call {
     /// Ends the call with `err`: on the open exchange, or, parked (the upstream died meanwhile),
@@ -50,6 +51,22 @@ impl Call {
         self.cancel_upstream("the client did not answer in time")
             .await;
         self.phase = Phase::Done;
+    }
+
+    /// The upstream response of a running call may have been silent for
+    /// `upstream.sse_idle_timeout`: if it was, cancel it upstream and answer 504.
+    pub(super) async fn on_quiet_upstream(&mut self) {
+        let Upstream::InFlight { stream, .. } = &self.upstream else {
+            return;
+        };
+        let idle = self.ctx.sse_idle_timeout;
+        if stream.last_activity().is_none_or(|t| t.elapsed() < idle) {
+            return;
+        }
+        tracing::debug!(?idle, "the upstream response stayed silent too long");
+        self.cancel_upstream("the upstream stayed silent too long")
+            .await;
+        self.fail(UpstreamError::Timeout.into()).await;
     }
 
     /// The proxy shuts down: cancel upstream, answer an open exchange 503.

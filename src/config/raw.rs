@@ -83,6 +83,8 @@ pub struct RawUpstream {
     pub protocol_version: Option<String>,
     /// `timeout`
     pub timeout: Option<String>,
+    /// `sse_idle_timeout`
+    pub sse_idle_timeout: Option<String>,
     /// `health_interval`
     pub health_interval: Option<String>,
     /// `max_idle_connections`

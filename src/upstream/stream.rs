@@ -18,6 +18,10 @@ use crate::sse::{SseDecoder, SseError};
 /// input on the session's GET stream; the call actor must keep serving that stream while it
 /// waits, so the wait lives here, polled with everything else (cancel-safe: the pending future
 /// is kept across polls).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per call, inside its actor: boxing the ready stream would add an allocation per request"
+)]
 pub(crate) enum ResponseStream {
     /// Headers not yet received.
     Pending(Pin<Box<dyn Future<Output = Result<MessageStream, UpstreamError>> + Send>>),
@@ -38,6 +42,15 @@ impl std::fmt::Debug for ResponseStream {
 }
 
 impl ResponseStream {
+    /// When the body last delivered bytes (events and keep-alive comments alike), once the
+    /// headers came.
+    pub(crate) fn last_activity(&self) -> Option<tokio::time::Instant> {
+        match self {
+            Self::Ready(s) => Some(s.last_activity),
+            Self::Pending(_) | Self::Failed => None,
+        }
+    }
+
     /// The HTTP status of the response, once its headers came.
     pub(crate) fn status(&self) -> Option<http::StatusCode> {
         match self {
@@ -75,6 +88,7 @@ pub(crate) struct MessageStream {
     mode: Mode,
     queue: std::collections::VecDeque<Bytes>,
     done: bool,
+    last_activity: tokio::time::Instant,
 }
 
 #[derive(Debug)]
@@ -105,6 +119,7 @@ impl MessageStream {
             mode,
             queue: Default::default(),
             done: false,
+            last_activity: tokio::time::Instant::now(),
         }
     }
 
@@ -127,6 +142,7 @@ impl MessageStream {
             }
             match self.body.frame().await {
                 Some(Ok(frame)) => {
+                    self.last_activity = tokio::time::Instant::now();
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };

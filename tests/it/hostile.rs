@@ -322,3 +322,27 @@ async fn parked_calls_are_bounded_by_the_memory_they_hold() {
     assert_eq!(ex.result()["content"][0]["text"], "done");
     assert_clean(&proxy).await;
 }
+
+#[tokio::test]
+async fn an_upstream_that_goes_silent_mid_call_is_cancelled_and_answered_504() {
+    let mock = Mock::start().await;
+    mock.script("silent", vec![vec![Step::Hang]]);
+    // Keep-alive comments count as activity: this one pings, slowly, then answers.
+    let mut pinging = Vec::new();
+    for _ in 0..4 {
+        pinging.push(Step::Delay(100));
+        pinging.push(Step::Raw(": ping\n\n"));
+    }
+    pinging.push(done());
+    mock.script("pinging", vec![pinging]);
+    let proxy = TestProxy::start(&mock.url(), "sse_idle_timeout = \"300ms\"\n").await;
+    let ex = call(&proxy, "silent").await;
+    assert_eq!(ex.status, StatusCode::GATEWAY_TIMEOUT);
+    mock.wait_for("the silent call cancelled upstream", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+    let ex = call(&proxy, "pinging").await;
+    assert_eq!(ex.result()["content"][0]["text"], "done");
+    assert_clean(&proxy).await;
+}
