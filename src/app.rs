@@ -155,6 +155,11 @@ impl App {
         self.pool.idle_count()
     }
 
+    /// Upstream sessions leased right now (open and not idle: held by a call or a stream).
+    pub fn leased_sessions(&self) -> usize {
+        self.pool.open_sessions().saturating_sub(self.pool.idle_count())
+    }
+
     /// Requests waiting for an upstream session (the pool is full).
     pub fn session_waiters(&self) -> usize {
         self.pool.waiters()

@@ -1,6 +1,6 @@
 //! The adversarial suite for bounds and hostile upstreams: each attack with the outcome it must
-//! have, and after each the proxy healthy with no parked call, call actor, session waiter or
-//! in-flight count left behind. (Token attacks are in `security`, slow and idle sockets and an
+//! have, and after each the proxy healthy with no parked call, call actor, leased session,
+//! session waiter or in-flight count left behind. (Token attacks are in `security`, slow and idle sockets and an
 //! upstream that dies or stalls in `lifetimes`.)
 
 use std::time::Duration;
@@ -23,13 +23,14 @@ async fn assert_clean(proxy: &TestProxy) {
             app.session_waiters(),
             app.busy_principals(),
             app.parked_memory(),
+            app.leased_sessions(),
         );
-        if left == (0, 0, 0, 0, 0) {
+        if left == (0, 0, 0, 0, 0, 0) {
             break;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "left open (parked, calls, waiters, principals, parked bytes): {left:?}"
+            "left open (parked, calls, waiters, principals, parked bytes, leased sessions): {left:?}"
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
