@@ -12,9 +12,11 @@ if ! "$interop/.venv/mcp1/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 1.3
   "$interop/.venv/mcp1/bin/pip" install -q 'mcp==1.30.0'
 fi
 if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$' \
-   || ! "$interop/.venv/mcp2/bin/pip" show pytest >/dev/null 2>&1; then
+   || ! "$interop/.venv/mcp2/bin/pip" show pytest >/dev/null 2>&1 \
+   || ! "$interop/.venv/mcp2/bin/pip" show cryptography 2>/dev/null | grep -q '^Version: 50.0.2$'; then
   python3 -m venv "$interop/.venv/mcp2"
-  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0'
+  # cryptography makes the ES256 / EdDSA key files of test_keys.py.
+  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'cryptography==50.0.2'
 fi
 deploy_venv=tests/deploy/.venv
 if ! "$deploy_venv/bin/pip" show kubernetes-validate 2>/dev/null | grep -q '^Version: 1.37.0$' \
