@@ -157,7 +157,9 @@ impl App {
 
     /// Upstream sessions leased right now (open and not idle: held by a call or a stream).
     pub fn leased_sessions(&self) -> usize {
-        self.pool.open_sessions().saturating_sub(self.pool.idle_count())
+        self.pool
+            .open_sessions()
+            .saturating_sub(self.pool.idle_count())
     }
 
     /// Requests waiting for an upstream session (the pool is full).
