@@ -30,7 +30,8 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Validate a configuration file and exit (non-zero, naming the bad key, if invalid).
+    /// Validate a configuration file and the key files it names, and exit (non-zero, naming
+    /// the bad key or file, if invalid).
     CheckConfig {
         /// The file to check.
         file: PathBuf,

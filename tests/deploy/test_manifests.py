@@ -41,8 +41,14 @@ def test_manifest_is_valid_kubernetes(path):
 
 
 def test_the_configmap_config_is_valid(tmp_path):
+    # check-config reads the key files too: the mounted Secret's path gets a stand-in key here.
+    text = one("ConfigMap", "mrtr-proxy")["data"]["config.toml"]
+    mounted = "/etc/mrtr-proxy/secret/state-secret"
+    assert mounted in text
+    key = tmp_path / "state-secret"
+    key.write_text("a-stand-in-key-of-at-least-32-bytes!!\n")
     cfg = tmp_path / "config.toml"
-    cfg.write_text(one("ConfigMap", "mrtr-proxy")["data"]["config.toml"])
+    cfg.write_text(text.replace(mounted, str(key)))
     out = subprocess.run([BIN, "check-config", str(cfg)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
 
