@@ -84,7 +84,7 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Bo
 }
 
 async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
-    let mut timer = RequestTimer::start(&app.metrics);
+    let timer = RequestTimer::start(&app.metrics);
     if !cors::origin_allowed(req.headers(), &app.config.allowed_origins) {
         return edge::fail(timer, &ProxyError::Forbidden, None);
     }
@@ -93,12 +93,32 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
         return cors::preflight(origin, req.headers());
     }
     let who = Principal::of(&app.config.principal_header, req.headers());
-    let Some(permit) = app.principals.enter(&who.digest) else {
-        app.metrics.limit_hit(Limit::PrincipalRequests);
-        return edge::fail(timer, &ProxyError::TooManyRequests, None);
+    let mut resp = match app.principals.enter(&who.digest) {
+        // The permit rides on the body: a streamed answer holds it until it ends.
+        Some(permit) => answer(app, req, who, timer)
+            .await
+            .map(|b| permit.hold_through(b)),
+        None => {
+            app.metrics.limit_hit(Limit::PrincipalRequests);
+            edge::fail(timer, &ProxyError::TooManyRequests, None)
+        }
     };
+    // Every answer, refusals included, carries CORS headers so a browser client can read it.
+    if let Some(origin) = origin {
+        cors::allow_origin(&mut resp, origin);
+    }
+    resp
+}
+
+// Routes by HTTP method: POST (modern or legacy), a legacy GET stream or DELETE, else 405.
+async fn answer(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    who: Principal,
+    mut timer: RequestTimer,
+) -> Response<Body> {
     let has_session = req.headers().contains_key(SESSION_HEADER);
-    let mut resp = match *req.method() {
+    match *req.method() {
         Method::POST => post(app, req, who, timer).await,
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
@@ -111,11 +131,7 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
                 .insert(header::ALLOW, HeaderValue::from_static("POST"));
             r
         }
-    };
-    if let Some(origin) = origin {
-        cors::allow_origin(&mut resp, origin);
     }
-    resp.map(|b| permit.hold_through(b))
 }
 
 async fn post(

@@ -191,11 +191,20 @@ async fn a_principal_past_its_concurrency_bound_gets_429_and_others_do_not() {
         .collect();
     mock.wait_for_n("the hanging calls", 2, |m| m["params"]["name"] == "hang")
         .await;
-    let third = as_who("greedy")
+    // From a browser: the refusal carries CORS headers, so the page can read it.
+    let mut browser = as_who("greedy");
+    browser
+        .headers
+        .push(("origin".into(), "http://localhost:5173".into()));
+    let third = browser
         .request("tools/call", json!({"name":"other","arguments":{}}))
         .await
         .unwrap();
     assert_eq!(third.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        third.headers["access-control-allow-origin"],
+        "http://localhost:5173"
+    );
     assert_eq!(third.headers["retry-after"], "1");
     assert_eq!(error_of(&third)["code"], -32000);
     let other = as_who("modest")
