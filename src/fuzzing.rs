@@ -40,8 +40,8 @@ pub fn sse_decoder(data: &[u8]) {
             );
         }
         (Err(_), Err(_)) => {}
-        // A bound hit in one feed may come one event later in two: only the events before it
-        // must agree.
+        // A bound hit in one feed may be hit one event later in two (the split decides when a
+        // line is judged): then only the bound is checked on the side that decoded.
         (Ok(events), Err(_)) | (Err(_), Ok(events)) => {
             assert!(events.iter().all(|e| e.data.len() <= MAX));
         }
