@@ -8,6 +8,7 @@ use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::call::{CallContext, ParkLimits, ParkedCalls};
+use crate::cluster::Peers;
 use crate::config::Config;
 use crate::keys::{self, KeyError, KeySet};
 use crate::limits::PrincipalGate;
@@ -36,6 +37,8 @@ pub struct App {
     pub(crate) draining: watch::Sender<bool>,
     /// Flips to `true` when the drain is over; call actors then cancel their upstream calls.
     pub(crate) shutdown: watch::Sender<bool>,
+    /// The other replicas, for retries whose requestState names one of them.
+    pub(crate) peers: Peers,
 }
 
 impl App {
@@ -82,6 +85,7 @@ impl App {
         });
         Ok(Arc::new(Self {
             principals: PrincipalGate::new(config.client_limits.max_requests_per_principal),
+            peers: Peers::new(config.cluster.clone(), &config.mcp_path),
             config,
             pool,
             calls,
@@ -106,6 +110,19 @@ impl App {
             None => tracing::info!("no state key configured: the generated key stays"),
         }
         Ok(self.calls.tokens.keys().signing_kid().to_owned())
+    }
+
+    /// This instance's id (the owner every token it issues names).
+    pub fn instance_id(&self) -> &str {
+        self.calls.tokens.issuer()
+    }
+
+    /// A peer signature from this instance for instance `aud` over `body` (what a forward
+    /// carries); for tests of the peer checks.
+    #[doc(hidden)]
+    pub fn peer_signature(&self, aud: &str, body: &[u8]) -> Option<String> {
+        let v = crate::cluster::sign(&self.calls.tokens, aud, body)?;
+        v.to_str().ok().map(str::to_owned)
     }
 
     /// Ids of the keys that verify a token right now, the active one first.

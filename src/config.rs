@@ -13,7 +13,9 @@ use http::Uri;
 mod raw;
 mod units;
 
-pub use raw::{RawAdmin, RawConfig, RawLog, RawPool, RawResults, RawServer, RawState, RawUpstream};
+pub use raw::{
+    RawAdmin, RawCluster, RawConfig, RawLog, RawPool, RawResults, RawServer, RawState, RawUpstream,
+};
 pub use units::{parse_duration, parse_size};
 
 /// Why a configuration was rejected. The message always names the key.
@@ -170,6 +172,66 @@ pub struct Config {
     pub cache_ttl_ms: u64,
     /// `cacheScope` stamped on cacheable results.
     pub cache_scope: CacheScope,
+    /// The other replicas a retry may be forwarded to (`[cluster]`).
+    pub cluster: Cluster,
+}
+
+/// `[cluster]`, validated: where the peers are and how long to wait for them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cluster {
+    /// Static peers: the MCP endpoint URL of each (`http://10.0.0.5:8080/mcp`).
+    pub peers: Vec<Uri>,
+    /// A DNS name and port whose addresses are the peers (a headless Service), resolved again
+    /// at most once per `refresh_interval`; each address is reached at `mcp_path`.
+    pub peers_dns: Option<(String, u16)>,
+    /// How long a learnt peer identity (instance id → URL) is trusted before it is asked again.
+    pub refresh_interval: Duration,
+    /// How long a forward may take to connect and get response headers from the owner.
+    pub forward_timeout: Duration,
+}
+
+impl Cluster {
+    fn from_raw(c: RawCluster) -> Result<Self, ConfigError> {
+        let peers = c
+            .peers
+            .iter()
+            .map(|p| parse_upstream(p).map_err(|_| invalid("cluster.peers", "not an http URL")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let peers_dns = match c.peers_dns {
+            None => None,
+            Some(s) => {
+                let (host, port) = s
+                    .rsplit_once(':')
+                    .ok_or_else(|| invalid("cluster.peers_dns", "want \"name:port\""))?;
+                let port = port
+                    .parse::<u16>()
+                    .map_err(|_| invalid("cluster.peers_dns", "the port is not a number"))?;
+                if host.is_empty() {
+                    return Err(invalid("cluster.peers_dns", "the name is empty"));
+                }
+                Some((host.to_owned(), port))
+            }
+        };
+        Ok(Self {
+            peers,
+            peers_dns,
+            refresh_interval: nonzero_dur(
+                "cluster.refresh_interval",
+                c.refresh_interval.as_deref(),
+                "10s",
+            )?,
+            forward_timeout: nonzero_dur(
+                "cluster.forward_timeout",
+                c.forward_timeout.as_deref(),
+                "5s",
+            )?,
+        })
+    }
+
+    /// Whether any peer is configured (else a retry for another instance is never forwarded).
+    pub fn is_enabled(&self) -> bool {
+        !self.peers.is_empty() || self.peers_dns.is_some()
+    }
 }
 
 /// Default listen address.
@@ -211,6 +273,7 @@ impl Config {
         let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
         let admin_listen = admin_listen(raw.admin.listen.as_deref())?;
         let (log_format, log_level) = log(raw.log)?;
+        let cluster = Cluster::from_raw(raw.cluster)?;
         Ok(Self {
             listen,
             mcp_path,
@@ -248,6 +311,7 @@ impl Config {
             max_input_requests: pool.max_input_requests,
             cache_ttl_ms: r.ttl_ms.unwrap_or(0),
             cache_scope,
+            cluster,
         })
     }
 

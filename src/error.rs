@@ -13,6 +13,9 @@ use crate::protocol::{self, MODERN_VERSION};
 use crate::state_token::TokenError;
 use crate::upstream::UpstreamError;
 
+/// `data.reason` of the error that tells a client its call is lost and must start again.
+pub(crate) const CALL_LOST: &str = "call_lost";
+
 /// Who is at fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Side {
@@ -164,6 +167,11 @@ pub(crate) enum ProxyError {
     /// clients): an answer, not a failure of the proxy; -32601 keeps its HTTP 404.
     #[error("the upstream answered with error {}", .0.code)]
     Rpc(ErrorObject),
+    /// A retry's call is lost: the instance that held it is gone, or no longer has it, and
+    /// the call cannot be run again safely. -32602 with `data.reason = "call_lost"`, HTTP 410:
+    /// the client must start the call again, without `requestState`.
+    #[error("the call was lost with the instance that held it ({0}); start the call again")]
+    CallLost(&'static str),
     /// The upstream failed.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
@@ -196,7 +204,7 @@ impl ProxyError {
             }
             Self::Upstream(UpstreamError::Busy(_)) => Side::Internal,
             Self::Upstream(_) => Side::Upstream,
-            Self::Overloaded(_) | Self::Internal(_) => Side::Internal,
+            Self::Overloaded(_) | Self::Internal(_) | Self::CallLost(_) => Side::Internal,
         }
     }
 
@@ -212,6 +220,7 @@ impl ProxyError {
             | Self::State(_)
             | Self::MissingCapability { .. } => StatusCode::BAD_REQUEST,
             Self::MethodNotFound(_) => StatusCode::NOT_FOUND,
+            Self::CallLost(_) => StatusCode::GONE,
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -246,6 +255,10 @@ impl ProxyError {
                 (protocol::INVALID_PARAMS, None)
             }
             Self::MethodNotFound(_) => (protocol::METHOD_NOT_FOUND, None),
+            Self::CallLost(_) => (
+                protocol::INVALID_PARAMS,
+                Some(serde_json::json!({"reason": CALL_LOST})),
+            ),
             Self::MissingCapability { required } => (
                 protocol::MISSING_REQUIRED_CLIENT_CAPABILITY,
                 Some(serde_json::json!({"requiredCapabilities": required})),
@@ -345,6 +358,18 @@ mod tests {
             ProxyError::Rpc(not_found).to_error_object().message,
             "no such tool"
         );
+    }
+
+    #[test]
+    fn a_lost_call_is_distinct_from_a_bad_token() {
+        let lost = ProxyError::CallLost("its instance is gone");
+        assert_eq!(lost.status(), StatusCode::GONE);
+        let o = lost.to_error_object();
+        assert_eq!(o.code, -32602);
+        assert_eq!(o.data.unwrap()["reason"], "call_lost");
+        assert!(o.message.contains("start the call again"), "{}", o.message);
+        let bad = ProxyError::State(TokenError::Invalid).to_error_object();
+        assert!(bad.data.is_none());
     }
 
     #[test]

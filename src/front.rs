@@ -17,10 +17,11 @@ use tracing::{field, Instrument};
 use crate::app::App;
 use crate::body::{self, Body};
 use crate::call::{self, CallSpec, Leg, LegEvent, Retry};
+use crate::cluster;
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
-use crate::metrics::{self, Era, Limit, RequestTimer, TokenRejection};
+use crate::metrics::{self, Era, Forward, Limit, RequestTimer, TokenRejection};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 use crate::state_token::{principal_digest, request_digest, TokenError};
@@ -51,6 +52,14 @@ impl Principal {
             header,
         }
     }
+}
+
+/// The client's request as it came, for a forward to the instance that owns its call.
+struct Inbound<'a> {
+    headers: &'a HeaderMap,
+    bytes: &'a Bytes,
+    /// Sent by a peer (its signature verified): never forwarded again.
+    forwarded: bool,
 }
 
 enum Classified {
@@ -120,6 +129,10 @@ async fn answer(
     let has_session = req.headers().contains_key(SESSION_HEADER);
     match *req.method() {
         Method::POST => post(app, req, who, timer).await,
+        // A peer asking which instance this is (see `cluster`).
+        Method::GET if req.headers().contains_key(cluster::PEER_HEADER) => {
+            identify(&app, req.headers(), timer)
+        }
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
             timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
@@ -151,8 +164,18 @@ async fn post(
             return edge::fail(timer, &err, None);
         }
     };
+    let forwarded = match parts.headers.get(cluster::PEER_HEADER) {
+        None => false,
+        Some(sig) if cluster::verify(&app.calls.tokens, sig, &bytes, false) => true,
+        Some(_) => return edge::fail(timer, &ProxyError::Forbidden, None),
+    };
+    let inbound = Inbound {
+        headers: &parts.headers,
+        bytes: &bytes,
+        forwarded,
+    };
     match classify(&parts.headers, &bytes) {
-        Ok(Classified::Modern(msg)) => modern(app, &parts.headers, (msg, who), timer).await,
+        Ok(Classified::Modern(msg)) => modern(app, inbound, (msg, who), timer).await,
         Ok(Classified::Legacy) => {
             timer.label(Era::Legacy, metrics::Method::HttpPost);
             let req = Request::from_parts(parts, body::full(bytes));
@@ -201,7 +224,7 @@ fn classify(headers: &HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError
 
 async fn modern(
     app: Arc<App>,
-    headers: &HeaderMap,
+    inbound: Inbound<'_>,
     (msg, who): (Message, Principal),
     mut timer: RequestTimer,
 ) -> Response<Body> {
@@ -216,14 +239,22 @@ async fn modern(
     {
         span.record("rpc.id", id.get());
     }
-    let request = match validate::validate(headers, msg) {
+    let request = match validate::validate(inbound.headers, msg) {
         Ok(r) => r,
         Err(e) => return edge::fail(timer, &e, id.as_deref()),
     };
     let id = request.id.clone();
-    match route(&app, request, who).await {
+    match route(&app, request, who, inbound).await {
         Ok(Routed::Answered(resp)) => {
             edge::settle(timer, Settled::with(metrics::Outcome::Complete));
+            resp
+        }
+        Ok(Routed::Forwarded(resp)) => {
+            let settled = Settled {
+                upstream_status: Some(resp.status().as_u16()),
+                ..Settled::with(metrics::Outcome::Relayed)
+            };
+            edge::settle(timer, settled);
             resp
         }
         Ok(Routed::Leg(rx)) => edge::respond(rx, app.config.keepalive, timer).await,
@@ -236,13 +267,20 @@ async fn modern(
     }
 }
 
-/// What routing gave: an answer now, or a leg the call actor answers on.
+/// What routing gave: an answer now, a leg the call actor answers on, or the answer of the
+/// instance that owns the call.
 enum Routed {
     Answered(Response<Body>),
     Leg(mpsc::Receiver<LegEvent>),
+    Forwarded(Response<Body>),
 }
 
-async fn route(app: &Arc<App>, req: ModernRequest, who: Principal) -> Result<Routed, ProxyError> {
+async fn route(
+    app: &Arc<App>,
+    req: ModernRequest,
+    who: Principal,
+    inbound: Inbound<'_>,
+) -> Result<Routed, ProxyError> {
     let retry_of_parked = req.params.contains_key("requestState");
     let long_lived = match req.route {
         Route::Listen => true,
@@ -261,7 +299,7 @@ async fn route(app: &Arc<App>, req: ModernRequest, who: Principal) -> Result<Rou
             .map(Routed::Answered),
         Route::Forward {
             input_capable: true,
-        } if retry_of_parked => retry(app, req, &who.digest).await.map(Routed::Leg),
+        } if retry_of_parked => retry(app, req, &who.digest, inbound).await,
         Route::Forward { input_capable } => {
             Ok(Routed::Leg(start_call(app, req, who, input_capable)))
         }
@@ -289,12 +327,14 @@ fn start_call(
     rx
 }
 
-/// A retry: verify the token before anything else, then hand the answers to the parked call.
+/// A retry: verify the token before anything else; then hand the answers to the parked call,
+/// or send the retry to the instance that holds it.
 async fn retry(
     app: &Arc<App>,
     req: ModernRequest,
     principal: &str,
-) -> Result<mpsc::Receiver<LegEvent>, ProxyError> {
+    inbound: Inbound<'_>,
+) -> Result<Routed, ProxyError> {
     let Some(Value::String(token)) = req.params.get("requestState") else {
         return Err(ProxyError::BadRetry("requestState must be a string".into()));
     };
@@ -303,6 +343,11 @@ async fn retry(
     let claims = calls
         .tokens
         .verify(token, principal, &digest, calls.tokens.now())?;
+    if claims.issuer != calls.tokens.issuer() {
+        return to_owner(app, &claims.issuer, inbound)
+            .await
+            .map(Routed::Forwarded);
+    }
     let answers: Map<String, Value> = match req.params.get("inputResponses") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -317,7 +362,61 @@ async fn retry(
     tx.send(Retry { answers, leg })
         .await
         .map_err(|_| TokenError::Gone("the call ended".into()))?;
-    Ok(rx)
+    Ok(Routed::Leg(rx))
+}
+
+/// Forwards a retry to `owner`, the instance whose token it carries: at most one hop, and only
+/// to a peer of the configured set.
+async fn to_owner(
+    app: &App,
+    owner: &str,
+    inbound: Inbound<'_>,
+) -> Result<Response<Body>, ProxyError> {
+    let tokens = &app.calls.tokens;
+    let outcome = if inbound.forwarded {
+        Err(Forward::Loop)
+    } else if !app.peers.enabled() {
+        Err(Forward::UnknownOwner)
+    } else {
+        match app.peers.find(tokens, owner).await {
+            None => Err(Forward::UnknownOwner),
+            Some(url) => app
+                .peers
+                .forward(tokens, (owner, url), inbound.headers, inbound.bytes.clone())
+                .await
+                .map_err(|cluster::Unreachable| Forward::Unreachable),
+        }
+    };
+    let result = match &outcome {
+        Ok(_) => Forward::Ok,
+        Err(r) => *r,
+    };
+    app.metrics.forwarded(result);
+    tracing::info!(
+        owner,
+        result = result.as_str(),
+        "retry for another instance"
+    );
+    outcome.map_err(|r| {
+        ProxyError::CallLost(match r {
+            Forward::Loop => "it reached a second instance that does not hold it",
+            Forward::Unreachable => "that instance does not answer",
+            _ => "that instance is not among the peers",
+        })
+    })
+}
+
+/// Answers a peer's probe with this instance's id, when the probe is signed by the key set.
+fn identify(app: &App, headers: &HeaderMap, timer: RequestTimer) -> Response<Body> {
+    let signed = headers
+        .get(cluster::PEER_HEADER)
+        .is_some_and(|sig| cluster::verify(&app.calls.tokens, sig, b"", true));
+    if !signed {
+        return edge::fail(timer, &ProxyError::Forbidden, None);
+    }
+    edge::settle(timer, Settled::with(metrics::Outcome::Complete));
+    let body = cluster::identity(&app.calls.tokens);
+    edge::json(StatusCode::OK, HeaderMap::new(), body)
 }
 
 // Why a retry was refused, when it was its requestState or the answers beside it.

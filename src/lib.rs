@@ -44,6 +44,7 @@ pub mod app;
 pub mod body;
 mod call;
 pub mod cli;
+mod cluster;
 pub mod config;
 pub mod demo;
 mod edge;

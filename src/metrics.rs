@@ -16,7 +16,7 @@ mod labels;
 
 use labels::Reload;
 pub(crate) use labels::{
-    Capability, Direction, Era, Limit, Method, Outcome, TokenRejection, UpstreamFailure,
+    Capability, Direction, Era, Forward, Limit, Method, Outcome, TokenRejection, UpstreamFailure,
 };
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -50,6 +50,11 @@ struct KindLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DirectionLabel {
     direction: Direction,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ForwardLabel {
+    result: Forward,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,6 +101,7 @@ pub(crate) struct Metrics {
     upstream_errors: Family<KindLabel, Counter>,
     bytes_relayed: Family<DirectionLabel, Counter>,
     key_reloads: Family<ReloadLabel, Counter>,
+    forwards: Family<ForwardLabel, Counter>,
     limits: Family<LimitLabel, Counter>,
     parked: Gauge,
     parked_bytes: Gauge,
@@ -134,6 +140,7 @@ impl Metrics {
             upstream_errors: Family::default(),
             bytes_relayed: Family::default(),
             key_reloads: Family::default(),
+            forwards: Family::default(),
             limits: Family::default(),
             parked: Gauge::default(),
             parked_bytes: Gauge::default(),
@@ -212,6 +219,11 @@ impl Metrics {
             "Reloads of the requestState keys (SIGHUP), by result",
             self.key_reloads.clone(),
         );
+        r.register(
+            "forwarded_retries",
+            "Retries whose requestState names another instance, by what became of them",
+            self.forwards.clone(),
+        );
         self.register_gauges();
     }
 
@@ -249,6 +261,11 @@ impl Metrics {
     /// A bound refused a request or shed a connection.
     pub(crate) fn limit_hit(&self, limit: Limit) {
         self.limits.get_or_create(&LimitLabel { limit }).inc();
+    }
+
+    /// A retry for another instance was forwarded, or could not be.
+    pub(crate) fn forwarded(&self, result: Forward) {
+        self.forwards.get_or_create(&ForwardLabel { result }).inc();
     }
 
     /// A key reload ended (`ok` or not).

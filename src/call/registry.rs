@@ -185,7 +185,9 @@ impl ParkedCalls {
         let entry = match self.map.get(&claims.handle).as_deref() {
             Some(Slot::Live(e)) => Arc::clone(e),
             Some(Slot::Gone { reason, .. }) => return Err(TokenError::Gone(reason.clone()).into()),
-            None => return Err(TokenError::Gone("unknown or expired call".into()).into()),
+            // Signed by this instance's key for this instance, yet never parked here: an earlier
+            // process under the same id held it (a restart with a fixed `state.instance_id`).
+            None => return Err(ProxyError::CallLost("this instance no longer has it")),
         };
         if entry.principal != claims.principal || entry.request != claims.request {
             return Err(TokenError::Invalid.into());

@@ -21,6 +21,22 @@ pub struct RawConfig {
     pub admin: RawAdmin,
     /// `[log]`
     pub log: RawLog,
+    /// `[cluster]`
+    pub cluster: RawCluster,
+}
+
+/// `[cluster]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawCluster {
+    /// `peers`
+    pub peers: Vec<String>,
+    /// `peers_dns`
+    pub peers_dns: Option<String>,
+    /// `refresh_interval`
+    pub refresh_interval: Option<String>,
+    /// `forward_timeout`
+    pub forward_timeout: Option<String>,
 }
 
 /// `[admin]` table.

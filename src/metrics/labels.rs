@@ -133,6 +133,20 @@ label_values! {
 }
 
 label_values! {
+    /// What became of a retry whose requestState names another instance.
+    Forward {
+        /// Sent to the owner, whose answer was streamed back.
+        Ok => "ok",
+        /// No known peer is the owner (it left the peer set, or restarted under a new id).
+        UnknownOwner => "unknown_owner",
+        /// The owner is known but did not answer in time.
+        Unreachable => "unreachable",
+        /// Arrived already forwarded for a call this instance does not own: never a second hop.
+        Loop => "loop",
+    }
+}
+
+label_values! {
     /// How a key reload (SIGHUP) ended.
     Reload {
         Ok => "ok",

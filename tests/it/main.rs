@@ -11,6 +11,7 @@
 //! (`support::mock`) or the built-in demo upstream.
 
 mod architecture;
+mod cluster;
 mod config_docs;
 mod front;
 mod fuzz_regressions;

@@ -28,12 +28,17 @@ pub struct TestProxy {
 impl TestProxy {
     /// Starts with `toml` (the upstream URL is filled in).
     pub async fn start(upstream: &str, toml: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(listener, upstream, toml)
+    }
+
+    /// Starts on `listener` (bound first, so that peers can name each other's address).
+    pub fn start_on(listener: TcpListener, upstream: &str, toml: &str) -> Self {
         if std::env::var_os("TEST_LOG").is_some() {
             mrtr_proxy::telemetry::init();
         }
         let text = format!("[upstream]\nurl = \"{upstream}\"\n{toml}");
         let config = Config::from_toml_str(&text).expect("test config");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = App::new(config).expect("test keys");
         let (tx, rx) = oneshot::channel::<()>();

@@ -1,0 +1,365 @@
+//! Scale-out without sticky sessions or a shared store: a retry whose verified requestState
+//! names another instance is forwarded to that instance, which resumes its parked call as if the
+//! client had come directly; the answer streams back through this one.
+//!
+//! ```text
+//! retry ─▶ verify token ─▶ owner == me ─▶ claim locally
+//!                        └ owner is a known peer ─▶ POST to it (one hop, peer-signed) ─▶ stream back
+//!                        └ otherwise ─▶ the call is lost (-32602, HTTP 410: start it again)
+//! ```
+//!
+//! Addresses come only from the configured peer set (`cluster.peers`, `cluster.peers_dns`),
+//! never from a token: a token names an instance id, and which peer has that id is learnt by
+//! asking each peer (`GET` on the MCP path with a peer signature). Peers authenticate each other
+//! with the requestState key set they already share: every forwarded request and every probe
+//! carries a short-lived JWT (`Mcp-Proxy-Peer`) signed with the active key, naming the target
+//! instance and binding the body's digest. A forwarded request is never forwarded again.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
+use http_body_util::BodyExt;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use jsonwebtoken::{Header, Validation};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::body::{self, Body};
+use crate::config;
+use crate::state_token::{unix, TokenCodec};
+
+/// Header carrying a peer's signature on a forwarded request or a probe.
+pub(crate) const PEER_HEADER: HeaderName = HeaderName::from_static("mcp-proxy-peer");
+/// How long a peer signature is valid: a forward is sent at once.
+const PEER_TOKEN_LIFETIME: Duration = Duration::from_secs(30);
+/// The audience of a probe ("which instance are you?"), which any peer answers.
+const ANY_INSTANCE: &str = "*";
+/// Largest probe answer read.
+const MAX_PROBE_BYTES: usize = 4096;
+/// Headers of the client's request that are not sent on to the owner.
+const NOT_FORWARDED: [HeaderName; 8] = [
+    header::HOST,
+    header::CONNECTION,
+    header::CONTENT_LENGTH,
+    header::TRANSFER_ENCODING,
+    header::TE,
+    header::TRAILER,
+    header::UPGRADE,
+    PEER_HEADER,
+];
+
+/// What a peer signs.
+#[derive(Debug, Serialize, Deserialize)]
+struct PeerClaims {
+    /// The sending instance.
+    iss: String,
+    /// The instance it is meant for (`*` for a probe).
+    aud: String,
+    /// Expiry (unix seconds).
+    exp: u64,
+    /// Digest of the request body.
+    bh: String,
+}
+
+/// The owner did not accept the connection or send response headers in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Unreachable;
+
+/// The peer set, what is known of it, and the client that forwards to it.
+#[derive(Debug)]
+pub(crate) struct Peers {
+    config: config::Cluster,
+    mcp_path: String,
+    http: Client<HttpConnector, Body>,
+    known: Mutex<Known>,
+}
+
+#[derive(Debug, Default)]
+struct Known {
+    /// Instance id → the peer URL that answered with it.
+    by_id: HashMap<String, Uri>,
+    /// When the set was last asked.
+    asked: Option<Instant>,
+}
+
+impl Peers {
+    /// The peer set of `config`, reached at `mcp_path` when found by DNS.
+    pub(crate) fn new(config: config::Cluster, mcp_path: &str) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.forward_timeout));
+        connector.set_nodelay(true);
+        Self {
+            config,
+            mcp_path: mcp_path.to_owned(),
+            http: Client::builder(TokioExecutor::new()).build(connector),
+            known: Mutex::new(Known::default()),
+        }
+    }
+
+    /// Whether any peer is configured.
+    pub(crate) fn enabled(&self) -> bool {
+        self.config.is_enabled()
+    }
+
+    /// The URL of the peer whose instance id is `owner`; the set is asked again when the id is
+    /// not known and the last asking is older than `cluster.refresh_interval`.
+    pub(crate) async fn find(&self, codec: &TokenCodec, owner: &str) -> Option<Uri> {
+        let stale = {
+            let known = self.known.lock().ok()?;
+            if let Some(url) = known.by_id.get(owner) {
+                return Some(url.clone());
+            }
+            known
+                .asked
+                .is_none_or(|t| t.elapsed() >= self.config.refresh_interval)
+        };
+        if !stale {
+            return None;
+        }
+        let found = self.ask_all(codec).await;
+        let mut known = self.known.lock().ok()?;
+        known.by_id = found;
+        known.asked = Some(Instant::now());
+        known.by_id.get(owner).cloned()
+    }
+
+    // Asks every peer of the set, at once, which instance it is.
+    async fn ask_all(&self, codec: &TokenCodec) -> HashMap<String, Uri> {
+        let urls = self.urls().await;
+        let answers = futures_util::future::join_all(urls.into_iter().map(|url| async move {
+            let id = self.ask(codec, &url).await?;
+            Some((id, url))
+        }))
+        .await;
+        answers.into_iter().flatten().collect()
+    }
+
+    // The peer URLs: the static ones and, when configured, every address of the DNS name.
+    async fn urls(&self) -> Vec<Uri> {
+        let mut urls = self.config.peers.clone();
+        if let Some((name, port)) = &self.config.peers_dns {
+            match tokio::net::lookup_host((name.as_str(), *port)).await {
+                Ok(addrs) => urls
+                    .extend(addrs.filter_map(|a| {
+                        format!("http://{a}{}", self.mcp_path).parse::<Uri>().ok()
+                    })),
+                Err(e) => {
+                    tracing::warn!(name = %name, error = %e, "cannot resolve cluster.peers_dns")
+                }
+            }
+        }
+        urls.sort_by_key(ToString::to_string);
+        urls.dedup();
+        urls
+    }
+
+    // One probe: the instance id `url` answers with, if it answers in time as a peer.
+    async fn ask(&self, codec: &TokenCodec, url: &Uri) -> Option<String> {
+        let mut req = Request::get(url.clone()).body(body::empty()).ok()?;
+        req.headers_mut()
+            .insert(PEER_HEADER, sign(codec, ANY_INSTANCE, b"")?);
+        let timeout = self.config.forward_timeout;
+        let resp = tokio::time::timeout(timeout, self.http.request(req))
+            .await
+            .ok()?
+            .ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let limited = http_body_util::Limited::new(resp.into_body(), MAX_PROBE_BYTES);
+        let bytes = tokio::time::timeout(timeout, limited.collect())
+            .await
+            .ok()?
+            .ok()?
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        let id = v.get("instance")?.as_str()?;
+        (id != codec.issuer()).then(|| id.to_owned())
+    }
+
+    /// Sends the client's request (`headers`, `bytes`) to the owner `owner` at `url`, signed
+    /// for it; the owner's answer, streamed.
+    ///
+    /// # Errors
+    /// [`Unreachable`] when the owner does not answer in time; then the id is forgotten, so
+    /// the next retry asks the set again.
+    pub(crate) async fn forward(
+        &self,
+        codec: &TokenCodec,
+        (owner, url): (&str, Uri),
+        headers: &HeaderMap,
+        bytes: Bytes,
+    ) -> Result<Response<Body>, Unreachable> {
+        let mut req = Request::post(url)
+            .body(body::full(bytes.clone()))
+            .map_err(|_| Unreachable)?;
+        for (name, value) in headers {
+            if !NOT_FORWARDED.contains(name) {
+                req.headers_mut().append(name, value.clone());
+            }
+        }
+        let signature = sign(codec, owner, &bytes).ok_or(Unreachable)?;
+        req.headers_mut().insert(PEER_HEADER, signature);
+        let sent = tokio::time::timeout(self.config.forward_timeout, self.http.request(req)).await;
+        match sent {
+            Ok(Ok(resp)) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
+            _ => {
+                if let Ok(mut known) = self.known.lock() {
+                    known.by_id.remove(owner);
+                }
+                Err(Unreachable)
+            }
+        }
+    }
+}
+
+/// A peer signature for `aud` over `body`, valid for a few seconds.
+pub(crate) fn sign(codec: &TokenCodec, aud: &str, body: &[u8]) -> Option<HeaderValue> {
+    let keys = codec.keys();
+    let mut header = Header::new(keys.signing.alg);
+    header.kid = Some(keys.signing.kid.clone());
+    let claims = PeerClaims {
+        iss: codec.issuer().to_owned(),
+        aud: aud.to_owned(),
+        exp: unix(codec.now() + PEER_TOKEN_LIFETIME),
+        bh: body_digest(body),
+    };
+    let token = jsonwebtoken::encode(&header, &claims, &keys.signing.key).ok()?;
+    HeaderValue::from_str(&token).ok()
+}
+
+/// Whether `value` is a valid peer signature over `body`: a key of the set, not expired, meant
+/// for this instance (or any, for a probe when `probe`), and the body's digest.
+pub(crate) fn verify(codec: &TokenCodec, value: &HeaderValue, body: &[u8], probe: bool) -> bool {
+    let Ok(token) = value.to_str() else {
+        return false;
+    };
+    let Ok(header) = jsonwebtoken::decode_header(token) else {
+        return false;
+    };
+    let keys = codec.keys();
+    let now = codec.now();
+    let Some(key) = header.kid.and_then(|kid| keys.verifier(&kid, now)) else {
+        return false;
+    };
+    let mut v = Validation::new(key.alg);
+    v.validate_exp = false;
+    v.validate_aud = false;
+    v.required_spec_claims.clear();
+    let Ok(data) = jsonwebtoken::decode::<PeerClaims>(token, &key.key, &v) else {
+        return false;
+    };
+    let c = data.claims;
+    let aud_ok = c.aud == codec.issuer() || (probe && c.aud == ANY_INSTANCE);
+    aud_ok
+        && unix(now) < c.exp
+        && c.exp <= unix(now + PEER_TOKEN_LIFETIME) + 60
+        && c.bh == body_digest(body)
+}
+
+fn body_digest(body: &[u8]) -> String {
+    let d = Sha256::digest(body);
+    d[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The answer to a probe: this instance's id.
+pub(crate) fn identity(codec: &TokenCodec) -> Bytes {
+    Bytes::from(serde_json::json!({ "instance": codec.issuer() }).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+    use crate::keys::{hs256, KeySet};
+
+    fn codec(id: &str, secret: &str) -> TokenCodec {
+        let keys = KeySet::new(hs256(&Secret::new(secret.into())), Vec::new());
+        TokenCodec::new(keys, id.into(), Duration::from_secs(60))
+    }
+
+    const KEY: &str = "0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn a_peer_signature_binds_target_body_and_key() {
+        let a = codec("a", KEY);
+        let b = codec("b", KEY);
+        let sig = sign(&a, "b", b"{\"x\":1}").unwrap();
+        assert!(verify(&b, &sig, b"{\"x\":1}", false));
+        assert!(!verify(&b, &sig, b"{\"x\":2}", false), "another body");
+        assert!(
+            !verify(&codec("c", KEY), &sig, b"{\"x\":1}", false),
+            "another target"
+        );
+        let stranger = codec("b", "another-key-another-key-another-key");
+        assert!(!verify(&stranger, &sig, b"{\"x\":1}", false), "another key");
+        assert!(!verify(&b, &HeaderValue::from_static("x.y.z"), b"", false));
+    }
+
+    #[test]
+    fn a_probe_signature_is_for_any_instance_but_only_probes() {
+        let a = codec("a", KEY);
+        let b = codec("b", KEY);
+        let probe = sign(&a, ANY_INSTANCE, b"").unwrap();
+        assert!(verify(&b, &probe, b"", true));
+        assert!(
+            !verify(&b, &probe, b"", false),
+            "a probe cannot carry a forward"
+        );
+    }
+
+    #[tokio::test]
+    async fn peers_come_from_the_list_and_dns_deduplicated() {
+        let cfg = config::Cluster {
+            peers: vec![
+                "http://127.0.0.1:9/mcp".parse().unwrap(),
+                "http://127.0.0.1:9/mcp".parse().unwrap(),
+            ],
+            peers_dns: Some(("localhost".into(), 7)),
+            refresh_interval: Duration::from_secs(10),
+            forward_timeout: Duration::from_millis(200),
+        };
+        let peers = Peers::new(cfg, "/mcp");
+        let urls: Vec<String> = peers.urls().await.iter().map(ToString::to_string).collect();
+        assert!(
+            urls.contains(&"http://127.0.0.1:9/mcp".to_owned()),
+            "{urls:?}"
+        );
+        assert!(
+            urls.iter().any(|u| u.ends_with(":7/mcp")),
+            "the DNS name's addresses at mcp_path: {urls:?}"
+        );
+        assert_eq!(
+            urls.iter()
+                .filter(|u| u.as_str() == "http://127.0.0.1:9/mcp")
+                .count(),
+            1
+        );
+    }
+
+    #[tokio::test]
+    async fn an_id_no_peer_has_is_not_forwarded_and_not_asked_again_at_once() {
+        let cfg = config::Cluster {
+            // Nothing listens on the discard port: the probe fails fast.
+            peers: vec!["http://127.0.0.1:9/mcp".parse().unwrap()],
+            peers_dns: None,
+            refresh_interval: Duration::from_secs(3600),
+            forward_timeout: Duration::from_millis(500),
+        };
+        let peers = Peers::new(cfg, "/mcp");
+        let me = codec("a", KEY);
+        assert_eq!(peers.find(&me, "b").await, None);
+        let asked = peers.known.lock().unwrap().asked;
+        assert_eq!(peers.find(&me, "c").await, None);
+        assert_eq!(
+            peers.known.lock().unwrap().asked,
+            asked,
+            "within the interval"
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! Scale-out: replicas that share a key, each with its own upstream. A retry that lands on
+//! another replica is forwarded to the one holding the call; a lost owner gives the distinct
+//! "call lost" error; peers are checked and a forward never takes a second hop.
+
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+
+use crate::support::mock::{Mock, Step};
+use crate::support::{all_caps, error_of, first_round, retry, TestProxy};
+
+const KEY: &str = "a-shared-cluster-key-0123456789abcdef";
+
+fn done() -> Step {
+    Step::Reply(json!({"content":[{"type":"text","text":"finished"}]}))
+}
+
+fn accept() -> Value {
+    json!({"elicitation-1": {"action":"accept","content":{"name":"Ada"}}})
+}
+
+/// `n` replicas, each with its own scripted upstream, every one listing all as peers.
+async fn cluster(n: usize) -> (Vec<Mock>, Vec<TestProxy>) {
+    let mut listeners = Vec::new();
+    for _ in 0..n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("\"http://{}/mcp\"", l.local_addr().unwrap()))
+        .collect();
+    let toml = format!(
+        "[state]\nsecret = \"{KEY}\"\n[cluster]\npeers = [{}]\nforward_timeout = \"2s\"\n[server]\nshutdown_grace = \"100ms\"\n",
+        peers.join(", ")
+    );
+    let mut mocks = Vec::new();
+    let mut proxies = Vec::new();
+    for l in listeners {
+        let mock = Mock::start().await;
+        mock.script("ask", vec![vec![Step::elicit(7), Step::Await(7), done()]]);
+        proxies.push(TestProxy::start_on(l, &mock.url(), &toml));
+        mocks.push(mock);
+    }
+    (mocks, proxies)
+}
+
+async fn forwarded(proxy: &TestProxy, result: &str) -> String {
+    let text = proxy.get_text("/metrics").await;
+    let series = format!("mrtr_forwarded_retries_total{{result=\"{result}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))
+        .unwrap_or("0")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_retry_on_another_replica_resumes_the_call_where_it_is_parked() {
+    let (mocks, proxies) = cluster(3).await;
+    let (_, state) = first_round(&proxies[0].client(all_caps()), "ask", json!({})).await;
+    let ex = retry(
+        &proxies[1].client(all_caps()),
+        "ask",
+        json!({}),
+        accept(),
+        &state,
+    )
+    .await;
+    assert_eq!(
+        ex.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        ex.last
+    );
+    // The owner's upstream got the answer; no other upstream saw the call at all.
+    let answers = mocks[0].answers_to(7);
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0]["result"]["content"]["name"], "Ada");
+    assert_eq!((mocks[1].calls_of("ask"), mocks[2].calls_of("ask")), (0, 0));
+    assert_eq!(forwarded(&proxies[1], "ok").await, "1");
+    assert_eq!(proxies[0].app.parked_calls(), 0);
+    // Single use still holds through a forward: the same retry again is refused by the owner.
+    let again = retry(
+        &proxies[2].client(all_caps()),
+        "ask",
+        json!({}),
+        accept(),
+        &state,
+    )
+    .await;
+    assert_eq!(error_of(&again)["code"], -32602);
+}
+
+#[tokio::test]
+async fn a_retry_whose_owner_is_gone_gets_the_call_lost_error() {
+    let (_mocks, mut proxies) = cluster(2).await;
+    let (_, state) = first_round(&proxies[0].client(all_caps()), "ask", json!({})).await;
+    let mut owner = proxies.remove(0);
+    owner.stopped().await;
+    let ex = retry(
+        &proxies[0].client(all_caps()),
+        "ask",
+        json!({}),
+        accept(),
+        &state,
+    )
+    .await;
+    assert_eq!(ex.status, http::StatusCode::GONE);
+    let e = error_of(&ex);
+    assert_eq!(
+        (e["code"].clone(), e["data"]["reason"].clone()),
+        (json!(-32602), json!("call_lost"))
+    );
+    let lost = forwarded(&proxies[0], "unknown_owner").await;
+    let unreachable = forwarded(&proxies[0], "unreachable").await;
+    assert_eq!(
+        (lost.as_str(), unreachable.as_str()),
+        ("1", "0"),
+        "the stopped owner answers no probe"
+    );
+}
+
+#[tokio::test]
+async fn a_lone_instance_answers_call_lost_for_another_instances_token() {
+    let mock = Mock::start().await;
+    mock.script("ask", vec![vec![Step::elicit(7), Step::Await(7), done()]]);
+    let toml = format!("[state]\nsecret = \"{KEY}\"\n");
+    let a = TestProxy::start(&mock.url(), &toml).await;
+    let b = TestProxy::start(&mock.url(), &toml).await;
+    let (_, state) = first_round(&a.client(all_caps()), "ask", json!({})).await;
+    let ex = retry(&b.client(all_caps()), "ask", json!({}), accept(), &state).await;
+    assert_eq!(ex.status, http::StatusCode::GONE);
+    assert_eq!(error_of(&ex)["data"]["reason"], "call_lost");
+    assert_eq!(a.app.parked_calls(), 1, "the owner's call is untouched");
+}
+
+#[tokio::test]
+async fn a_forwarded_retry_is_never_forwarded_again() {
+    let (mocks, proxies) = cluster(2).await;
+    let (_, state) = first_round(&proxies[0].client(all_caps()), "ask", json!({})).await;
+    // As if a peer had sent A's retry to B: B must not send it on to A.
+    let c = proxies[1].client(all_caps());
+    let params = c.params(
+        json!({"name":"ask","arguments":{},"inputResponses":accept(),"requestState":state}),
+    );
+    let body = json!({"jsonrpc":"2.0","id":9,"method":"tools/call","params":params}).to_string();
+    let sig = proxies[0]
+        .app
+        .peer_signature(proxies[1].app.instance_id(), body.as_bytes())
+        .unwrap();
+    let headers = [
+        ("mcp-method".to_owned(), "tools/call".to_owned()),
+        ("mcp-name".to_owned(), "ask".to_owned()),
+        ("mcp-proxy-peer".to_owned(), sig),
+    ];
+    let ex = c.send_raw(body.into(), &headers).await.unwrap();
+    assert_eq!(ex.status, http::StatusCode::GONE, "{:?}", ex.last);
+    assert_eq!(forwarded(&proxies[1], "loop").await, "1");
+    assert!(
+        mocks[0].answers_to(7).is_empty(),
+        "nothing reached the owner"
+    );
+    assert_eq!(proxies[0].app.parked_calls(), 1);
+}
+
+#[tokio::test]
+async fn a_peer_header_that_is_not_a_valid_signature_is_refused() {
+    let (_mocks, proxies) = cluster(2).await;
+    let c = proxies[1].client(all_caps());
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":c.params(json!({"name":"ask","arguments":{}}))}).to_string();
+    // Signed for the right instance, but over another body; and plain garbage.
+    let other = proxies[0]
+        .app
+        .peer_signature(proxies[1].app.instance_id(), b"{}")
+        .unwrap();
+    for sig in [other, "x.y.z".to_owned()] {
+        let headers = [
+            ("mcp-method".to_owned(), "tools/call".to_owned()),
+            ("mcp-name".to_owned(), "ask".to_owned()),
+            ("mcp-proxy-peer".to_owned(), sig),
+        ];
+        let ex = c.send_raw(body.clone().into(), &headers).await.unwrap();
+        assert_eq!(ex.status, http::StatusCode::FORBIDDEN);
+    }
+    // A probe without a valid signature learns nothing.
+    assert_eq!(
+        proxies[1].get_status("/mcp").await,
+        http::StatusCode::METHOD_NOT_ALLOWED
+    );
+}
