@@ -82,6 +82,8 @@ impl App {
             max_input_requests: config.max_input_requests,
             cache_ttl_ms: config.cache_ttl_ms,
             cache_scope: config.cache_scope,
+            replay: config.replay.clone(),
+            tool_hints: Default::default(),
         });
         Ok(Arc::new(Self {
             principals: PrincipalGate::new(config.client_limits.max_requests_per_principal),

@@ -42,6 +42,7 @@ use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, Kind, Message};
 use crate::metrics::Metrics;
 use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
+use crate::replay::Replayer;
 use crate::rewrite::{self, RewriteCtx};
 use crate::state_token::TokenCodec;
 use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError};
@@ -51,6 +52,7 @@ mod leg;
 mod notify;
 mod park;
 mod registry;
+mod replaying;
 mod rounds;
 mod send;
 
@@ -84,6 +86,10 @@ pub(crate) struct CallContext {
     pub(crate) cache_ttl_ms: u64,
     /// `cacheScope` for cacheable results (calls that had no round).
     pub(crate) cache_scope: CacheScope,
+    /// Which calls are replay-safe, and how large a journal a token carries.
+    pub(crate) replay: crate::config::Replay,
+    /// The upstream's tool annotations, for `replay = "annotations"`.
+    pub(crate) tool_hints: crate::replay::ToolHints,
 }
 
 /// What the front asks the actor to run.
@@ -104,6 +110,11 @@ pub(crate) struct CallSpec {
     pub(crate) auth: Option<(http::HeaderName, HeaderValue)>,
     /// Request digest (method + target + arguments).
     pub(crate) request_digest: String,
+    /// Tool or prompt name, or resource URI (picks the replay mode).
+    pub(crate) target: String,
+    /// Set when the call runs again because the instance that held it is gone: the answers
+    /// its token carried, for the requests the upstream asks again.
+    pub(crate) replay_from: Option<Replayer>,
 }
 
 /// Starts the actor for a fresh call; `first` is the client's exchange.
@@ -114,6 +125,8 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
         spec,
         phase: Phase::Running(first),
         rounds: Rounds::default(),
+        journal: Vec::new(),
+        replay_safe: None,
         parking: None,
         lease: None,
         upstream: Upstream::Idle,
@@ -191,6 +204,10 @@ struct Call {
     spec: CallSpec,
     phase: Phase,
     rounds: Rounds,
+    /// Answers delivered upstream so far, by fingerprint (carried by replay-safe tokens).
+    journal: Vec<(String, Value)>,
+    /// Whether the call is replay-safe, once its first round decided it.
+    replay_safe: Option<bool>,
     parking: Option<Parking>,
     lease: Option<Lease>,
     upstream: Upstream,

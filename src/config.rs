@@ -14,7 +14,8 @@ mod raw;
 mod units;
 
 pub use raw::{
-    RawAdmin, RawCluster, RawConfig, RawLog, RawPool, RawResults, RawServer, RawState, RawUpstream,
+    RawAdmin, RawCluster, RawConfig, RawLog, RawPool, RawReplay, RawResults, RawServer, RawState,
+    RawUpstream,
 };
 pub use units::{parse_duration, parse_size};
 
@@ -174,6 +175,102 @@ pub struct Config {
     pub cache_scope: CacheScope,
     /// The other replicas a retry may be forwarded to (`[cluster]`).
     pub cluster: Cluster,
+    /// Which calls may run again on another replica when their owner is gone (`[replay]`).
+    pub replay: Replay,
+}
+
+/// Whether a call may be run again, from its token, when the instance that held it is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplayMode {
+    /// Always replay-safe.
+    Always,
+    /// Never: a lost call gets the "call lost" error.
+    Never,
+    /// As the upstream's own `tools/list` annotations say: `readOnlyHint` or
+    /// `idempotentHint` true.
+    Annotations,
+}
+
+/// `[replay]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replay {
+    /// Tools not named in `tools`.
+    pub default: ReplayMode,
+    /// Per-tool overrides.
+    pub tools: std::collections::BTreeMap<String, ReplayMode>,
+    /// `prompts/get`.
+    pub prompts: ReplayMode,
+    /// `resources/read`.
+    pub resources: ReplayMode,
+    /// Largest journal (answers so far, as JSON) a token carries; a call whose answers grow
+    /// past it is no longer replayable.
+    pub max_state: usize,
+}
+
+impl Replay {
+    fn from_raw(r: RawReplay) -> Result<Self, ConfigError> {
+        let mode =
+            |key: &'static str, v: Option<&str>, default: ReplayMode, annotations: bool| match v {
+                None => Ok(default),
+                Some("always") => Ok(ReplayMode::Always),
+                Some("never") => Ok(ReplayMode::Never),
+                Some("annotations") if annotations => Ok(ReplayMode::Annotations),
+                Some(_) if annotations => Err(invalid(
+                    key,
+                    "want \"annotations\", \"always\" or \"never\"",
+                )),
+                Some(_) => Err(invalid(key, "want \"always\" or \"never\"")),
+            };
+        let tools = r
+            .tools
+            .iter()
+            .map(|(k, v)| {
+                Ok((
+                    k.clone(),
+                    mode("replay.tools", Some(v), ReplayMode::Never, true)?,
+                ))
+            })
+            .collect::<Result<_, ConfigError>>()?;
+        let max_state = size("replay.max_state", r.max_state.as_deref(), "8KiB")?;
+        if max_state > MAX_REPLAY_STATE_BYTES {
+            return Err(invalid(
+                "replay.max_state",
+                "at most 10KiB (the token travels on every retry)",
+            ));
+        }
+        Ok(Self {
+            default: mode(
+                "replay.default",
+                r.default.as_deref(),
+                ReplayMode::Annotations,
+                true,
+            )?,
+            tools,
+            prompts: mode(
+                "replay.prompts",
+                r.prompts.as_deref(),
+                ReplayMode::Always,
+                false,
+            )?,
+            resources: mode(
+                "replay.resources",
+                r.resources.as_deref(),
+                ReplayMode::Always,
+                false,
+            )?,
+            max_state,
+        })
+    }
+
+    /// The mode of `method` on `target` (a tool name for `tools/call`).
+    pub fn mode(&self, method: &str, target: &str) -> ReplayMode {
+        match method {
+            "tools/call" => self.tools.get(target).copied().unwrap_or(self.default),
+            "prompts/get" => self.prompts,
+            "resources/read" => self.resources,
+            _ => ReplayMode::Never,
+        }
+    }
 }
 
 /// `[cluster]`, validated: where the peers are and how long to wait for them.
@@ -238,6 +335,8 @@ impl Cluster {
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default upstream.
 pub const DEFAULT_UPSTREAM: &str = "http://127.0.0.1:3000/mcp";
+/// Largest `replay.max_state`: a token carries the journal on every retry.
+pub const MAX_REPLAY_STATE_BYTES: usize = 10 * 1024;
 /// Smallest secret accepted for HS256.
 pub const MIN_SECRET_BYTES: usize = 32;
 
@@ -273,7 +372,6 @@ impl Config {
         let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
         let admin_listen = admin_listen(raw.admin.listen.as_deref())?;
         let (log_format, log_level) = log(raw.log)?;
-        let cluster = Cluster::from_raw(raw.cluster)?;
         Ok(Self {
             listen,
             mcp_path,
@@ -311,7 +409,8 @@ impl Config {
             max_input_requests: pool.max_input_requests,
             cache_ttl_ms: r.ttl_ms.unwrap_or(0),
             cache_scope,
-            cluster,
+            cluster: Cluster::from_raw(raw.cluster)?,
+            replay: Replay::from_raw(raw.replay)?,
         })
     }
 

@@ -23,6 +23,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
 use crate::metrics::{self, Era, Forward, Limit, RequestTimer, TokenRejection};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
+use crate::replay::Replayer;
 use crate::rewrite::{self, RewriteCtx};
 use crate::state_token::{principal_digest, request_digest, TokenError};
 
@@ -299,10 +300,13 @@ async fn route(
             .map(Routed::Answered),
         Route::Forward {
             input_capable: true,
-        } if retry_of_parked => retry(app, req, &who.digest, inbound).await,
-        Route::Forward { input_capable } => {
-            Ok(Routed::Leg(start_call(app, req, who, input_capable)))
-        }
+        } if retry_of_parked => retry(app, req, who, inbound).await,
+        Route::Forward { input_capable } => Ok(Routed::Leg(start_call(
+            app,
+            req,
+            who,
+            (input_capable, None),
+        ))),
     }
 }
 
@@ -311,28 +315,31 @@ fn start_call(
     app: &Arc<App>,
     req: ModernRequest,
     who: Principal,
-    input_capable: bool,
+    (input_capable, replay_from): (bool, Option<Replayer>),
 ) -> mpsc::Receiver<LegEvent> {
     let (leg, rx) = open_leg(&req);
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
         upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
+        target: req.target().to_owned(),
         method: req.method,
         capabilities: req.capabilities,
         input_capable,
         principal: who.digest,
         auth: who.header,
+        replay_from,
     };
     call::spawn(Arc::clone(&app.calls), spec, leg);
     rx
 }
 
 /// A retry: verify the token before anything else; then hand the answers to the parked call,
-/// or send the retry to the instance that holds it.
+/// send the retry to the instance that holds it, or — that instance gone and the call
+/// replay-safe — run the call again here from its token.
 async fn retry(
     app: &Arc<App>,
     req: ModernRequest,
-    principal: &str,
+    who: Principal,
     inbound: Inbound<'_>,
 ) -> Result<Routed, ProxyError> {
     let Some(Value::String(token)) = req.params.get("requestState") else {
@@ -342,12 +349,7 @@ async fn retry(
     let digest = request_digest(&req.method, req.target(), req.arguments());
     let claims = calls
         .tokens
-        .verify(token, principal, &digest, calls.tokens.now())?;
-    if claims.issuer != calls.tokens.issuer() {
-        return to_owner(app, &claims.issuer, inbound)
-            .await
-            .map(Routed::Forwarded);
-    }
+        .verify(token, &who.digest, &digest, calls.tokens.now())?;
     let answers: Map<String, Value> = match req.params.get("inputResponses") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),
@@ -357,12 +359,55 @@ async fn retry(
             ))
         }
     };
-    let tx = calls.parked.claim(&claims, &answers)?;
-    let (leg, rx) = open_leg(&req);
-    tx.send(Retry { answers, leg })
-        .await
-        .map_err(|_| TokenError::Gone("the call ended".into()))?;
-    Ok(Routed::Leg(rx))
+    let lost = if claims.issuer == calls.tokens.issuer() {
+        match calls.parked.claim(&claims, &answers) {
+            Ok(tx) => {
+                let (leg, rx) = open_leg(&req);
+                tx.send(Retry { answers, leg })
+                    .await
+                    .map_err(|_| TokenError::Gone("the call ended".into()))?;
+                return Ok(Routed::Leg(rx));
+            }
+            Err(e @ ProxyError::CallLost(_)) => e,
+            Err(e) => return Err(e),
+        }
+    } else {
+        match to_owner(app, &claims.issuer, inbound).await {
+            Ok(resp) => return Ok(Routed::Forwarded(resp)),
+            Err(e) => e,
+        }
+    };
+    replay_here(app, req, who, (claims, &answers), lost)
+}
+
+/// Runs a lost call again on this instance's upstream, answering from its token what the user
+/// already answered; `lost` is the error when the token carries no journal (not replay-safe).
+/// Each token is replayed at most once per instance.
+fn replay_here(
+    app: &Arc<App>,
+    req: ModernRequest,
+    who: Principal,
+    (claims, answers): (crate::state_token::Claims, &Map<String, Value>),
+    lost: ProxyError,
+) -> Result<Routed, ProxyError> {
+    let Some(journal) = claims.replay else {
+        return Err(lost);
+    };
+    if app.is_draining() {
+        return Err(ProxyError::Overloaded("the proxy is shutting down".into()));
+    }
+    if !app.calls.parked.first_replay(&claims.token_id) {
+        return Err(TokenError::AlreadyUsed.into());
+    }
+    app.metrics.call_replayed();
+    tracing::info!(owner = %claims.issuer, round = claims.round, "running a lost call again from its token");
+    let replayer = Replayer::new(journal, answers);
+    Ok(Routed::Leg(start_call(
+        app,
+        req,
+        who,
+        (true, Some(replayer)),
+    )))
 }
 
 /// Forwards a retry to `owner`, the instance whose token it carries: at most one hop, and only

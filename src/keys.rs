@@ -7,10 +7,13 @@
 //! are read at start-up and again on `SIGHUP` ([`load`]), so keys rotate without a restart.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
+use ring::aead::{LessSafeKey, UnboundKey, AES_256_GCM};
+use ring::hkdf;
 use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
 use sha2::{Digest, Sha256};
 
@@ -47,6 +50,9 @@ pub(crate) struct SigningKey {
     pub(crate) kid: String,
     pub(crate) alg: Algorithm,
     pub(crate) key: EncodingKey,
+    /// The AES-256-GCM key derived from the same material, which encrypts what a token
+    /// carries for replay (the answers given so far).
+    pub(crate) seal: Arc<LessSafeKey>,
 }
 
 /// A key that verifies, possibly only until some time (a retired active key, see
@@ -57,6 +63,8 @@ pub(crate) struct VerifyingKey {
     pub(crate) alg: Algorithm,
     pub(crate) key: DecodingKey,
     pub(crate) until: Option<SystemTime>,
+    /// The AES-256-GCM key of the same material (see [`SigningKey::seal`]).
+    pub(crate) seal: Arc<LessSafeKey>,
 }
 
 /// The active signing key and every key a token may name.
@@ -226,17 +234,20 @@ pub(crate) fn parse_text(what: String, text: &str) -> Result<(SigningKey, Verify
 /// An HS256 key; its kid is a digest of the secret (as before asymmetric keys existed).
 pub(crate) fn hs256(secret: &Secret) -> (SigningKey, VerifyingKey) {
     let kid = kid(b"", secret.expose());
+    let seal = seal_key(secret.expose());
     (
         SigningKey {
             kid: kid.clone(),
             alg: Algorithm::HS256,
             key: EncodingKey::from_secret(secret.expose()),
+            seal: Arc::clone(&seal),
         },
         VerifyingKey {
             kid,
             alg: Algorithm::HS256,
             key: DecodingKey::from_secret(secret.expose()),
             until: None,
+            seal,
         },
     )
 }
@@ -257,19 +268,38 @@ fn asymmetric(der: &[u8]) -> Option<(SigningKey, VerifyingKey)> {
             return None;
         };
     let kid = kid(format!("{alg:?}").as_bytes(), &public);
+    let seal = seal_key(der);
     Some((
         SigningKey {
             kid: kid.clone(),
             alg,
             key: signing,
+            seal: Arc::clone(&seal),
         },
         VerifyingKey {
             kid,
             alg,
             key: verifying,
             until: None,
+            seal,
         },
     ))
+}
+
+/// The AES-256-GCM key of a key's secret material (the HS256 secret, or the private key's
+/// DER), by HKDF-SHA256: every replica that holds the key derives the same one, and it reveals
+/// nothing of the signing key.
+#[expect(
+    clippy::expect_used,
+    reason = "HKDF-SHA256 expands 32 bytes (its limit is 255 × 32) into AES-256's key size: \
+              neither step can fail, and this runs when keys load, not per request"
+)]
+fn seal_key(material: &[u8]) -> Arc<LessSafeKey> {
+    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"mrtr-proxy requestState").extract(material);
+    let okm = prk
+        .expand(&[b"aes-256-gcm replay v1"], &AES_256_GCM)
+        .expect("32 bytes from HKDF-SHA256");
+    Arc::new(LessSafeKey::new(UnboundKey::from(okm)))
 }
 
 /// A key id: a digest of the key material (never the key), 16 hex digits.

@@ -59,6 +59,7 @@ pub mod keys;
 mod limits;
 mod metrics;
 mod protocol;
+mod replay;
 mod rewrite;
 pub mod server;
 pub mod shutdown;

@@ -102,6 +102,8 @@ pub(crate) struct Metrics {
     bytes_relayed: Family<DirectionLabel, Counter>,
     key_reloads: Family<ReloadLabel, Counter>,
     forwards: Family<ForwardLabel, Counter>,
+    replays: Counter,
+    replayed_answers: Counter,
     limits: Family<LimitLabel, Counter>,
     parked: Gauge,
     parked_bytes: Gauge,
@@ -141,6 +143,8 @@ impl Metrics {
             bytes_relayed: Family::default(),
             key_reloads: Family::default(),
             forwards: Family::default(),
+            replays: Counter::default(),
+            replayed_answers: Counter::default(),
             limits: Family::default(),
             parked: Gauge::default(),
             parked_bytes: Gauge::default(),
@@ -219,12 +223,27 @@ impl Metrics {
             "Reloads of the requestState keys (SIGHUP), by result",
             self.key_reloads.clone(),
         );
+        self.register_cluster();
+        self.register_gauges();
+    }
+
+    fn register_cluster(&mut self) {
+        let r = &mut self.registry;
         r.register(
             "forwarded_retries",
             "Retries whose requestState names another instance, by what became of them",
             self.forwards.clone(),
         );
-        self.register_gauges();
+        r.register(
+            "replayed_calls",
+            "Calls run again here from their token because the instance that held them is gone",
+            self.replays.clone(),
+        );
+        r.register(
+            "replayed_answers",
+            "Server requests of replayed calls answered from the token (the user not asked again)",
+            self.replayed_answers.clone(),
+        );
     }
 
     fn register_gauges(&mut self) {
@@ -266,6 +285,16 @@ impl Metrics {
     /// A retry for another instance was forwarded, or could not be.
     pub(crate) fn forwarded(&self, result: Forward) {
         self.forwards.get_or_create(&ForwardLabel { result }).inc();
+    }
+
+    /// A lost call is run again here from its token.
+    pub(crate) fn call_replayed(&self) {
+        self.replays.inc();
+    }
+
+    /// A server request of a replayed call was answered from its token.
+    pub(crate) fn answer_replayed(&self) {
+        self.replayed_answers.inc();
     }
 
     /// A key reload ended (`ok` or not).

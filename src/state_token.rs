@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::keys::KeySet;
+use crate::replay::{self, Journal};
 
 /// Claims carried by a requestState. Nothing here reaches the upstream session. Names are short
 /// on the wire (the token travels on every retry), full in code.
@@ -45,6 +46,12 @@ pub(crate) struct Claims {
     /// Single-use id of this round's token.
     #[serde(rename = "jti")]
     pub(crate) token_id: String,
+    /// The replay journal, encrypted (see `replay`): only in tokens of replay-safe calls.
+    #[serde(rename = "rj", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) sealed: Option<String>,
+    /// The replay journal in the clear: sealed into `rj` by `sign`, opened by `verify`.
+    #[serde(skip)]
+    pub(crate) replay: Option<Journal>,
 }
 
 /// Why a requestState was refused. Every variant is a client-side failure (-32602).
@@ -86,8 +93,10 @@ pub(crate) struct TokenCodec {
     anchor: (SystemTime, tokio::time::Instant),
 }
 
-/// Longest requestState accepted: anything longer is refused before it is parsed.
-pub(crate) const MAX_TOKEN_BYTES: usize = 4096;
+/// Longest requestState accepted: anything longer is refused before it is parsed. Room for
+/// the claims and the largest replay journal (`replay.max_state`, at most
+/// `config::MAX_REPLAY_STATE_BYTES`) once encrypted and base64-encoded.
+pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// How far in the future a token's `iat` may be (clocks of replicas differ a little).
 const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
@@ -159,6 +168,8 @@ impl TokenCodec {
             issued_at,
             expires_at: issued_at + self.ttl.as_secs().max(1),
             token_id: random_id(12),
+            sealed: None,
+            replay: None,
         }
     }
 
@@ -170,7 +181,13 @@ impl TokenCodec {
         let keys = self.keys.load();
         let mut header = Header::new(keys.signing.alg);
         header.kid = Some(keys.signing.kid.clone());
-        jsonwebtoken::encode(&header, claims, &keys.signing.key)
+        let Some(journal) = &claims.replay else {
+            return jsonwebtoken::encode(&header, claims, &keys.signing.key);
+        };
+        let plain = serde_json::to_vec(journal)?;
+        let mut sealed = claims.clone();
+        sealed.sealed = replay::seal(&keys.signing.seal, binding(claims).as_bytes(), &plain);
+        jsonwebtoken::encode(&header, &sealed, &keys.signing.key)
     }
 
     /// Verifies size, key (`kid`), signature, algorithm (HS256 only), issuer, issue time and
@@ -201,10 +218,14 @@ impl TokenCodec {
         v.validate_exp = false;
         v.required_spec_claims.clear();
         v.leeway = 0;
-        let c = jsonwebtoken::decode::<Claims>(token, &key.key, &v)
+        let mut c = jsonwebtoken::decode::<Claims>(token, &key.key, &v)
             .map_err(|_| TokenError::Invalid)?
             .claims;
         self.check_claims(&c, principal, request, unix(now))?;
+        if let Some(sealed) = c.sealed.take() {
+            let journal = replay::open(&key.seal, binding(&c).as_bytes(), &sealed);
+            c.replay = Some(journal.ok_or(TokenError::Invalid)?);
+        }
         Ok(c)
     }
 
@@ -239,6 +260,11 @@ impl TokenCodec {
         }
         Ok(())
     }
+}
+
+/// What a sealed journal is bound to: its token (handle and single-use id).
+fn binding(c: &Claims) -> String {
+    format!("{}.{}", c.handle, c.token_id)
 }
 
 /// Seconds since the epoch (0 before it).
@@ -534,6 +560,45 @@ mod tests {
             .keys()
             .verifier(&hs256(&Secret::new(OLD.into())).0.kid, later)
             .is_none());
+    }
+
+    #[test]
+    fn a_journal_travels_encrypted_and_tampering_or_another_key_fails() {
+        let c = codec(KEY);
+        let now = SystemTime::now();
+        let mut claims = c.claims("h1", "p", "r", 2, now);
+        claims.replay = Some(Journal {
+            answered: vec![("f1".into(), serde_json::json!({"secret answer": "Ada"}))],
+            pending: vec![("elicitation-2".into(), "f2".into())],
+        });
+        let tok = c.sign(&claims).unwrap();
+        let payload = URL_SAFE_NO_PAD
+            .decode(tok.split('.').nth(1).unwrap())
+            .unwrap();
+        let payload = String::from_utf8(payload).unwrap();
+        assert!(
+            payload.contains("\"rj\"") && !payload.contains("Ada"),
+            "{payload}"
+        );
+        assert_eq!(c.verify(&tok, "p", "r", now).unwrap().replay, claims.replay);
+        // Same payload re-signed by another key set: refused at the signature.
+        let other = codec("another-secret-another-secret-xx");
+        assert_eq!(other.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
+        // A journal sealed under another key but signed with this one: refused at decryption.
+        let mut forged: serde_json::Value = serde_json::from_str(&payload).unwrap();
+        let moved = other.sign(&claims).unwrap();
+        let moved: serde_json::Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(moved.split('.').nth(1).unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        forged["rj"] = moved["rj"].clone();
+        let keys = c.keys();
+        let mut h = Header::new(Algorithm::HS256);
+        h.kid = Some(keys.signing.kid.clone());
+        let resigned = jsonwebtoken::encode(&h, &forged, &keys.signing.key).unwrap();
+        assert_eq!(c.verify(&resigned, "p", "r", now), Err(TokenError::Invalid));
     }
 
     #[test]

@@ -45,6 +45,12 @@ impl Call {
             tracing::debug!(id = dup, "ignoring a duplicate upstream request id");
             return;
         }
+        if self
+            .answered_from_journal(&session, &msg, (kind, params.as_ref()))
+            .await
+        {
+            return;
+        }
         if self.rounds.pending() >= self.ctx.max_input_requests {
             return refuse_excess(&session, &msg).await;
         }
@@ -84,16 +90,18 @@ impl Call {
                 return self.fail_on(leg, e).await;
             }
         };
+        let journal = self.journal().await;
         let round = self.rounds.open();
         let tokens = &self.ctx.tokens;
         let spec = &self.spec;
-        let claims = tokens.claims(
+        let mut claims = tokens.claims(
             &handle,
             &spec.principal,
             &spec.request_digest,
             round.number,
             tokens.now(),
         );
+        claims.replay = journal;
         let token = match tokens.sign(&claims) {
             Ok(t) => t,
             Err(e) => return self.fail_on(leg, ProxyError::Internal(e.to_string())).await,
@@ -151,7 +159,9 @@ impl Call {
         let Answered {
             deliveries,
             reissue,
+            journal,
         } = self.rounds.answer(&retry.answers);
+        self.journal.extend(journal);
         if let Err(e) = deliver(self.session(), deliveries).await {
             return self.fail(e.into()).await;
         }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use crate::input::{self, Asked, InputKind};
 use crate::protocol::META_SERVER_INFO;
+use crate::replay;
 
 /// The server requests of one call that wait for the client, across its rounds.
 #[derive(Debug, Default)]
@@ -38,6 +39,8 @@ struct Pending {
     elicitation_id: Option<String>,
     /// The compiled `requestedSchema` an accepted answer must match.
     schema: Option<Arc<jsonschema::Validator>>,
+    /// What the request asks, for replay (see `replay::fingerprint`).
+    fingerprint: String,
 }
 
 /// One round, ready to send: its number, its keys with their kinds (for answer validation) and
@@ -56,6 +59,9 @@ pub(super) struct Answered {
     pub(super) deliveries: Vec<(String, Value)>,
     /// Every URL elicitation of a -32042 is answered: send the original request again.
     pub(super) reissue: bool,
+    /// The answers given, each with the fingerprint of the request it answers (the journal a
+    /// replay-safe call's next token carries).
+    pub(super) journal: Vec<(String, Value)>,
 }
 
 /// A request to abandon: its upstream id and kind (which picks the cancel answer).
@@ -85,6 +91,7 @@ impl Rounds {
     ) -> &str {
         let (embedded, elicitation_id) = input::to_embedded(kind, params);
         let schema = input::compile_schema(kind, params);
+        let fingerprint = replay::fingerprint(kind.method(), params);
         self.minted += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.minted);
         self.pending.push(Pending {
@@ -94,6 +101,7 @@ impl Rounds {
             embedded,
             elicitation_id,
             schema,
+            fingerprint,
         });
         self.pending.last().map_or("", |p| p.key.as_str())
     }
@@ -105,6 +113,16 @@ impl Rounds {
             self.ask(InputKind::Elicitation, None, Some(e));
         }
         self.reissue = !elicitations.is_empty();
+    }
+
+    /// Each pending key with the fingerprint of what it asks (a URL elicitation made from
+    /// -32042 is left out: it is answered by re-issuing the call, not by a response).
+    pub(super) fn fingerprints(&self) -> Vec<(String, String)> {
+        self.pending
+            .iter()
+            .filter(|p| p.upstream_id.is_some())
+            .map(|p| (p.key.clone(), p.fingerprint.clone()))
+            .collect()
     }
 
     /// Whether anything waits for the client.
@@ -155,6 +173,7 @@ impl Rounds {
             };
             if let Some(id) = &p.upstream_id {
                 out.deliveries.push((id.clone(), answer.clone()));
+                out.journal.push((p.fingerprint.clone(), answer.clone()));
             }
             false
         });

@@ -23,6 +23,24 @@ pub struct RawConfig {
     pub log: RawLog,
     /// `[cluster]`
     pub cluster: RawCluster,
+    /// `[replay]`
+    pub replay: RawReplay,
+}
+
+/// `[replay]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RawReplay {
+    /// `default`
+    pub default: Option<String>,
+    /// `prompts`
+    pub prompts: Option<String>,
+    /// `resources`
+    pub resources: Option<String>,
+    /// `max_state`
+    pub max_state: Option<String>,
+    /// `[replay.tools]`
+    pub tools: std::collections::BTreeMap<String, String>,
 }
 
 /// `[cluster]` table.

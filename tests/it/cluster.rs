@@ -186,3 +186,228 @@ async fn a_peer_header_that_is_not_a_valid_signature_is_refused() {
         http::StatusCode::METHOD_NOT_ALLOWED
     );
 }
+
+fn ask(id: i64, message: &str) -> Step {
+    Step::Send(json!({
+        "jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+        "params": {"message": message, "requestedSchema": {"type": "object", "properties": {"name": {"type": "string"}}}}
+    }))
+}
+
+fn named(key: &str, name: &str) -> Value {
+    json!({ key: {"action": "accept", "content": {"name": name}} })
+}
+
+/// Two replicas whose upstreams run `tool` as two rounds (`first`, then `second`), with
+/// `replay` as the `[replay]` table; the call is parked at round 2 on the first replica,
+/// which is then stopped. Returns the mocks, the survivor and the round-2 requestState.
+async fn lost_at_round_two(
+    tool: &str,
+    (first, second): (&str, &str),
+    replay: &str,
+) -> (Vec<Mock>, TestProxy, String) {
+    let mut listeners = Vec::new();
+    for _ in 0..2 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
+    }
+    let peers: Vec<String> = listeners
+        .iter()
+        .map(|l| format!("\"http://{}/mcp\"", l.local_addr().unwrap()))
+        .collect();
+    let toml = format!(
+        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n[cluster]\npeers = [{}]\n[replay]\n{replay}\n",
+        peers.join(", ")
+    );
+    let mut mocks = Vec::new();
+    let mut proxies = Vec::new();
+    for l in listeners {
+        let mock = Mock::start().await;
+        let script = vec![
+            ask(7, first),
+            Step::Await(7),
+            ask(8, second),
+            Step::Await(8),
+            done(),
+        ];
+        mock.script(tool, vec![script]);
+        proxies.push(TestProxy::start_on(l, &mock.url(), &toml));
+        mocks.push(mock);
+    }
+    let c = proxies[0].client(all_caps());
+    let (r1, s1) = first_round(&c, tool, json!({})).await;
+    assert_eq!(
+        r1["inputRequests"]["elicitation-1"]["params"]["message"],
+        first
+    );
+    let ex = retry(&c, tool, json!({}), named("elicitation-1", "Ada"), &s1).await;
+    let r2 = ex.result();
+    assert_eq!(r2["resultType"], "input_required", "{:?}", ex.last);
+    let s2 = r2["requestState"].as_str().unwrap().to_owned();
+    let survivor = proxies.pop().unwrap();
+    proxies.pop().unwrap().stopped().await;
+    (mocks, survivor, s2)
+}
+
+fn metric(text: &str, series: &str) -> String {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or("0")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_replay_safe_call_whose_owner_died_completes_elsewhere_without_asking_again() {
+    // `look` is read-only by the upstream's own annotations (the default mode).
+    let (mocks, b, s2) = lost_at_round_two("look", ("Name?", "Surname?"), "").await;
+    let c = b.client(all_caps());
+    let ex = retry(
+        &c,
+        "look",
+        json!({}),
+        named("elicitation-2", "Lovelace"),
+        &s2,
+    )
+    .await;
+    assert_eq!(
+        ex.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        ex.last
+    );
+    // B's upstream ran the call again and got both answers, the first one from the token.
+    assert_eq!(mocks[1].calls_of("look"), 1);
+    assert_eq!(
+        mocks[1].answers_to(7)[0]["result"]["content"]["name"],
+        "Ada"
+    );
+    assert_eq!(
+        mocks[1].answers_to(8)[0]["result"]["content"]["name"],
+        "Lovelace"
+    );
+    let text = b.get_text("/metrics").await;
+    assert_eq!(metric(&text, "mrtr_replayed_calls_total"), "1");
+    assert_eq!(metric(&text, "mrtr_replayed_answers_total"), "2");
+    // The same token a second time is not run a second time here.
+    let again = retry(
+        &c,
+        "look",
+        json!({}),
+        named("elicitation-2", "Lovelace"),
+        &s2,
+    )
+    .await;
+    assert_eq!(error_of(&again)["code"], -32602);
+    assert_eq!(mocks[1].calls_of("look"), 1);
+}
+
+#[tokio::test]
+async fn a_call_that_is_not_replay_safe_gets_call_lost_and_is_not_run_again() {
+    // `ask` carries no read-only or idempotent hint.
+    let (mocks, b, s2) = lost_at_round_two("ask", ("Name?", "Surname?"), "").await;
+    let ex = retry(
+        &b.client(all_caps()),
+        "ask",
+        json!({}),
+        named("elicitation-2", "L"),
+        &s2,
+    )
+    .await;
+    assert_eq!(ex.status, http::StatusCode::GONE);
+    assert_eq!(error_of(&ex)["data"]["reason"], "call_lost");
+    assert_eq!(mocks[1].calls_of("ask"), 0, "never silently re-executed");
+}
+
+#[tokio::test]
+async fn config_overrides_the_annotations_either_way() {
+    let (mocks, b, s2) = lost_at_round_two(
+        "ask",
+        ("Name?", "Surname?"),
+        "[replay.tools]\nask = \"always\"",
+    )
+    .await;
+    let ex = retry(
+        &b.client(all_caps()),
+        "ask",
+        json!({}),
+        named("elicitation-2", "L"),
+        &s2,
+    )
+    .await;
+    assert_eq!(
+        ex.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        ex.last
+    );
+    assert_eq!(mocks[1].calls_of("ask"), 1);
+    let (mocks, b, s2) = lost_at_round_two(
+        "look",
+        ("Name?", "Surname?"),
+        "default = \"never\"\n[replay.tools]\nlook = \"never\"",
+    )
+    .await;
+    let ex = retry(
+        &b.client(all_caps()),
+        "look",
+        json!({}),
+        named("elicitation-2", "L"),
+        &s2,
+    )
+    .await;
+    assert_eq!(ex.status, http::StatusCode::GONE);
+    assert_eq!(mocks[1].calls_of("look"), 0);
+}
+
+#[tokio::test]
+async fn a_request_that_changed_on_the_rerun_is_asked_anew() {
+    let (mocks, b, s2) = lost_at_round_two("look", ("Name?", "Surname?"), "").await;
+    // B's upstream asks something else first this time.
+    mocks[1].script(
+        "look",
+        vec![vec![
+            ask(7, "Nickname?"),
+            Step::Await(7),
+            ask(8, "Surname?"),
+            Step::Await(8),
+            done(),
+        ]],
+    );
+    let c = b.client(all_caps());
+    let ex = retry(
+        &c,
+        "look",
+        json!({}),
+        named("elicitation-2", "Lovelace"),
+        &s2,
+    )
+    .await;
+    let r = ex.result();
+    assert_eq!(r["resultType"], "input_required", "{:?}", ex.last);
+    let asked: Vec<&Value> = r["inputRequests"].as_object().unwrap().values().collect();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0]["params"]["message"], "Nickname?");
+    assert!(
+        mocks[1].answers_to(7).is_empty(),
+        "Ada was not given to another question"
+    );
+    // Answered, the call goes on; the round-2 answer still comes from the first token.
+    let key = r["inputRequests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .next()
+        .unwrap()
+        .clone();
+    let s3 = r["requestState"].as_str().unwrap();
+    let ex = retry(&c, "look", json!({}), named(&key, "Ada"), s3).await;
+    assert_eq!(
+        ex.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        ex.last
+    );
+    assert_eq!(
+        mocks[1].answers_to(8)[0]["result"]["content"]["name"],
+        "Lovelace"
+    );
+}

@@ -416,9 +416,12 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
                 )],
             }
         }
-        "tools/list" => vec![Step::Reply(
-            json!({"tools":[{"name":"t","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}}]}),
-        )],
+        "tools/list" => vec![Step::Reply(json!({"tools":[
+            {"name":"t","inputSchema":{"type":"object"},"execution":{"taskSupport":"optional"}},
+            {"name":"look","inputSchema":{"type":"object"},"annotations":{"readOnlyHint":true}},
+            {"name":"put","inputSchema":{"type":"object"},"annotations":{"idempotentHint":true,"readOnlyHint":false}},
+            {"name":"ask","inputSchema":{"type":"object"},"annotations":{"destructiveHint":true}}
+        ]}))],
         "resources/read" => vec![Step::Error(
             json!({"code":-32002,"message":"Resource not found"}),
         )],

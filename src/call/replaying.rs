@@ -1,0 +1,154 @@
+//! Replay in the actor: whether the call is replay-safe (config, or the upstream's own tool
+//! annotations), the journal its next token carries, and — for a call run again because its
+//! owner is gone — answering the upstream's requests from the old token's journal.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::Call;
+use crate::config::ReplayMode;
+use crate::input::{self, Asked, InputKind};
+use crate::jsonrpc::Message;
+use crate::replay::{self, Journal, ToolHints};
+use crate::upstream::Session;
+
+/// Pages of `tools/list` read at most when looking for a tool's annotations.
+const MAX_LIST_PAGES: usize = 20;
+/// How long the `tools/list` of one look-up may take in all.
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Call {
+    /// Whether this call may be run again elsewhere from its token; decided once, at its
+    /// first round.
+    pub(super) async fn replay_safe(&mut self) -> bool {
+        if let Some(safe) = self.replay_safe {
+            return safe;
+        }
+        let safe = match self.ctx.replay.mode(&self.spec.method, &self.spec.target) {
+            ReplayMode::Always => true,
+            ReplayMode::Never => false,
+            ReplayMode::Annotations => {
+                let session = self.session();
+                annotated_safe(&self.ctx.tool_hints, session, &self.spec.target).await
+            }
+        };
+        self.replay_safe = Some(safe);
+        safe
+    }
+
+    /// The journal the next token carries: the answers so far and this round's fingerprints;
+    /// `None` for a call that is not replay-safe or whose journal outgrew `replay.max_state`.
+    pub(super) async fn journal(&mut self) -> Option<Journal> {
+        if !self.replay_safe().await {
+            return None;
+        }
+        let journal = Journal {
+            answered: self.journal.clone(),
+            pending: self.rounds.fingerprints(),
+        };
+        if journal.encode(self.ctx.replay.max_state).is_none() {
+            tracing::debug!("the replay journal outgrew replay.max_state: no longer replayable");
+            return None;
+        }
+        Some(journal)
+    }
+
+    /// For a call run again from a token: answers `msg` upstream when the token's journal (or
+    /// the retry that brought it) has the answer for a request with its fingerprint, valid for
+    /// what it asks now. Returns whether it did.
+    pub(super) async fn answered_from_journal(
+        &mut self,
+        session: &Session,
+        msg: &Message,
+        (kind, params): (InputKind, Option<&Value>),
+    ) -> bool {
+        let Some(replayer) = self.spec.replay_from.as_mut() else {
+            return false;
+        };
+        let fp = replay::fingerprint(kind.method(), params);
+        let Some(answer) = replayer.take(&fp) else {
+            return false;
+        };
+        let asked = Asked {
+            key: String::new(),
+            kind,
+            schema: input::compile_schema(kind, params),
+        };
+        if asked.check(&answer).is_err() {
+            return false;
+        }
+        let id = msg.id.as_ref().map_or("null", |i| i.get());
+        if let Err(e) = session.answer(id, Ok(&answer.to_string())).await {
+            tracing::debug!(error = %e, "could not replay an answer upstream");
+            return false;
+        }
+        self.ctx.metrics.answer_replayed();
+        self.journal.push((fp, answer));
+        true
+    }
+}
+
+// The upstream's annotations of `tool`, read again when older than a minute or unknown.
+async fn annotated_safe(hints: &ToolHints, session: Option<Arc<Session>>, tool: &str) -> bool {
+    if !hints.fresh(Instant::now()) || !hints.safe.contains_key(tool) {
+        if let Some(session) = session {
+            if let Ok(found) = tokio::time::timeout(LIST_TIMEOUT, read_hints(&session)).await {
+                hints.safe.clear();
+                for (name, safe) in found {
+                    hints.safe.insert(name, safe);
+                }
+                if let Ok(mut t) = hints.read.lock() {
+                    *t = Some(Instant::now());
+                }
+            }
+        }
+    }
+    hints.safe.get(tool).is_some_and(|safe| *safe)
+}
+
+// Every tool of the upstream's `tools/list` (all pages, bounded) and whether it is replay-safe.
+async fn read_hints(session: &Arc<Session>) -> Vec<(String, bool)> {
+    let mut found = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = cursor
+            .as_ref()
+            .map_or(json!({}), |c| json!({ "cursor": c }));
+        let Ok((id, mut stream)) = session.request("tools/list", &params).await else {
+            break;
+        };
+        let mut result = None;
+        while let Some(Ok(bytes)) = stream.next().await {
+            let Ok(msg) = Message::parse(&bytes) else {
+                continue;
+            };
+            if msg
+                .id
+                .as_ref()
+                .is_some_and(|i| i.get().trim() == id.to_string())
+            {
+                result = msg
+                    .result
+                    .and_then(|r| serde_json::from_str::<Value>(r.get()).ok());
+                break;
+            }
+        }
+        let Some(result) = result else { break };
+        for tool in result["tools"].as_array().into_iter().flatten() {
+            let Some(name) = tool["name"].as_str() else {
+                continue;
+            };
+            let a = &tool["annotations"];
+            let safe = a["readOnlyHint"] == true || a["idempotentHint"] == true;
+            found.push((name.to_owned(), safe));
+        }
+        cursor = result["nextCursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    found
+}
