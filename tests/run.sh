@@ -28,6 +28,13 @@ if [ ! -d "$interop/node_modules/@modelcontextprotocol/client" ] || [ "$interop/
   (cd "$interop" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
+# nginx is the round-robin balancer of the cluster tests (tests/interop/test_cluster.py).
+if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q nginx-light >/dev/null \
+    || { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
+fi
+
 echo "== cargo nextest (unit + in-process integration)"
 cargo build --locked --bins
 cargo nextest run --locked --no-fail-fast

@@ -96,9 +96,9 @@ def proxy_binary():
 
 
 class Proxy:
-    def __init__(self, upstream_url, *extra, config=None, log="warn"):
+    def __init__(self, upstream_url, *extra, config=None, log="warn", listen="127.0.0.1:0"):
         config = str(config or HERE / "proxy.toml")
-        cmd = [proxy_binary(), "--config", config, "--listen", "127.0.0.1:0", "--upstream", upstream_url]
+        cmd = [proxy_binary(), "--config", config, "--listen", listen, "--upstream", upstream_url]
         self.proc = Proc([*cmd, *extra],
                          env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", log)})
         m = self.proc.wait_for(r"listening on (http://\S+)")

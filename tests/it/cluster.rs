@@ -18,8 +18,8 @@ fn accept() -> Value {
     json!({"elicitation-1": {"action":"accept","content":{"name":"Ada"}}})
 }
 
-/// `n` replicas, each with its own scripted upstream, every one listing all as peers.
-async fn cluster(n: usize) -> (Vec<Mock>, Vec<TestProxy>) {
+/// `n` listeners on loopback port 0, and the TOML array of their MCP URLs.
+async fn bind(n: usize) -> (Vec<TcpListener>, String) {
     let mut listeners = Vec::new();
     for _ in 0..n {
         listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -28,9 +28,14 @@ async fn cluster(n: usize) -> (Vec<Mock>, Vec<TestProxy>) {
         .iter()
         .map(|l| format!("\"http://{}/mcp\"", l.local_addr().unwrap()))
         .collect();
+    (listeners, peers.join(", "))
+}
+
+/// `n` replicas, each with its own scripted upstream, every one listing all as peers.
+async fn cluster(n: usize) -> (Vec<Mock>, Vec<TestProxy>) {
+    let (listeners, peers) = bind(n).await;
     let toml = format!(
-        "[state]\nsecret = \"{KEY}\"\n[cluster]\npeers = [{}]\nforward_timeout = \"2s\"\n[server]\nshutdown_grace = \"100ms\"\n",
-        peers.join(", ")
+        "[state]\nsecret = \"{KEY}\"\n[cluster]\npeers = [{peers}]\nforward_timeout = \"2s\"\n[server]\nshutdown_grace = \"100ms\"\n"
     );
     let mut mocks = Vec::new();
     let mut proxies = Vec::new();
@@ -206,17 +211,9 @@ async fn lost_at_round_two(
     (first, second): (&str, &str),
     replay: &str,
 ) -> (Vec<Mock>, TestProxy, String) {
-    let mut listeners = Vec::new();
-    for _ in 0..2 {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.unwrap());
-    }
-    let peers: Vec<String> = listeners
-        .iter()
-        .map(|l| format!("\"http://{}/mcp\"", l.local_addr().unwrap()))
-        .collect();
+    let (listeners, peers) = bind(2).await;
     let toml = format!(
-        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n[cluster]\npeers = [{}]\n[replay]\n{replay}\n",
-        peers.join(", ")
+        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n[cluster]\npeers = [{peers}]\n[replay]\n{replay}\n"
     );
     let mut mocks = Vec::new();
     let mut proxies = Vec::new();

@@ -13,7 +13,7 @@ import sys
 
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.shared.exceptions import UrlElicitationRequiredError
-from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent
+from mcp.types import ElicitRequestURLParams, SamplingMessage, TextContent, ToolAnnotations
 from pydantic import BaseModel
 
 from serve import serve
@@ -166,6 +166,14 @@ async def twice(ctx: Context) -> str:
     a = await ask_for_name(ctx, "First name?")
     b = await ask_for_name(ctx, "Second name?")
     return f"{a} and {b}"
+
+
+@mcp.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def twice_read_only(ctx: Context) -> str:
+    """Elicits twice in sequence; annotated read-only, so the proxy may replay it."""
+    a = await ask_for_name(ctx, "First name?")
+    b = await ask_for_name(ctx, "Second name?")
+    return f"{a} and {b}, read-only"
 
 
 @mcp.tool()

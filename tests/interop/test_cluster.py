@@ -1,0 +1,166 @@
+"""Scale-out on the real binary: three proxies, each in front of its own Python mcp==1.30.0
+upstream, behind nginx round-robin (no stickiness), sharing one key. The official Python modern
+client (mcp==2.3.0, pinned to 2026-07-28) runs two-round calls through the balancer, so its
+retries land on any replica: they are forwarded to the owner. When the owner is SIGKILLed with
+the call parked (at round 1 or 2; with its upstream or without), a read-only tool is run again
+on a survivor from the token and completes with the answers already given, the user's callback
+not invoked again for them; a tool that is not replay-safe gets the call-lost error.
+"""
+
+import asyncio
+import shutil
+import signal
+import subprocess
+
+import pytest
+from mcp.client import Client
+
+from conftest import Proc, Proxy, free_port, start_py_upstream, wait_tcp
+from test_modern_clients import PyClient, text_of
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+REPLICAS = 3
+PARALLEL_CALLS = 12
+CALL_TIMEOUT_S = 60
+
+NGINX_CONF = """
+worker_processes 1;
+daemon off;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 512; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    upstream replicas {{
+{servers}
+        keepalive 16;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://replicas;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 120s;
+            # A replica that refuses the connection (killed) is skipped; nothing reached it.
+            proxy_next_upstream error timeout non_idempotent;
+        }}
+    }}
+}}
+"""
+
+
+class Cluster:
+    def __init__(self, tmp_path):
+        self.upstreams, self.proxies = [], []
+        ports = [free_port() for _ in range(REPLICAS)]
+        peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports)
+        config = tmp_path / "proxy.toml"
+        config.write_text(
+            '[state]\nsecret = "a-cluster-key-shared-by-every-replica-0123"\ngather_window = "250ms"\n'
+            f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n'
+        )
+        for port in ports:
+            up, url = start_py_upstream()
+            self.upstreams.append(up)
+            self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
+        lb_port = free_port()
+        servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
+        conf = tmp_path / "nginx.conf"
+        conf.write_text(NGINX_CONF.format(dir=tmp_path, servers=servers, port=lb_port))
+        self.nginx = Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)])
+        wait_tcp(lb_port, self.nginx)
+        self.url = f"http://127.0.0.1:{lb_port}/mcp"
+
+    def total(self, name, **labels):
+        return sum(p.metrics().sum(name, **labels) for p in self.proxies if p.proc.p.poll() is None)
+
+    def owner(self):
+        """The replica holding the one parked call."""
+        [owner] = [p for p in self.proxies if p.metrics().sum("mrtr_parked_calls") > 0]
+        return owner
+
+    def close(self):
+        self.nginx.kill()
+        for p in self.proxies:
+            p.kill()
+        for u in self.upstreams:
+            u.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    c = Cluster(tmp_path)
+    yield c
+    c.close()
+
+
+def test_parallel_two_round_calls_through_round_robin_all_complete_by_forwarding(cluster):
+    async def one():
+        client = PyClient(cluster.url)
+        async with Client(cluster.url, mode="2026-07-28", **client.kwargs) as c:
+            result = await asyncio.wait_for(c.call_tool("twice", {}), CALL_TIMEOUT_S)
+        return text_of(result), client.counts["elicitation"]
+
+    async def all_calls():
+        return await asyncio.gather(*(one() for _ in range(PARALLEL_CALLS)))
+
+    outcomes = asyncio.run(all_calls())
+    assert outcomes == [("Ada and Ada", 2)] * PARALLEL_CALLS
+    assert cluster.total("mrtr_forwarded_retries_total", result="ok") > 0
+    assert cluster.total("mrtr_parked_calls") == 0
+
+
+class KillOwnerAt(PyClient):
+    """Answers every elicitation, but first, at question `at`, SIGKILLs the replica holding the
+    parked call (and its upstream too, when `with_upstream`)."""
+
+    def __init__(self, cluster, at, with_upstream):
+        super().__init__(cluster.url)
+        self.cluster, self.at, self.with_upstream = cluster, at, with_upstream
+
+    async def _elicit(self, ctx, params):
+        if self.counts["elicitation"] + 1 == self.at:
+            owner = await asyncio.to_thread(self.cluster.owner)
+            owner.proc.p.send_signal(signal.SIGKILL)
+            owner.proc.p.wait(timeout=10)
+            if self.with_upstream:
+                up = self.cluster.upstreams[self.cluster.proxies.index(owner)]
+                up.p.send_signal(signal.SIGKILL)
+                up.p.wait(timeout=10)
+        return await super()._elicit(ctx, params)
+
+
+@pytest.mark.parametrize("at", [1, 2])
+@pytest.mark.parametrize("with_upstream", [False, True])
+def test_a_read_only_call_survives_the_loss_of_its_owner_without_asking_again(cluster, at, with_upstream):
+    client = KillOwnerAt(cluster, at, with_upstream)
+    result = client.run(lambda c: c.call_tool("twice_read_only", {}))
+    assert text_of(result) == "Ada and Ada, read-only"
+    assert client.counts["elicitation"] == 2, "each question reached the user once"
+    assert cluster.total("mrtr_replayed_calls_total") == 1
+    assert cluster.total("mrtr_replayed_answers_total") == at
+
+
+def leaves(e):
+    """The exceptions inside (nested) exception groups."""
+    if isinstance(e, BaseExceptionGroup):
+        return [leaf for inner in e.exceptions for leaf in leaves(inner)]
+    return [e]
+
+
+def test_a_call_that_is_not_replay_safe_gets_the_call_lost_error(cluster):
+    client = KillOwnerAt(cluster, 2, False)
+    with pytest.raises(BaseException) as raised:
+        client.run(lambda c: c.call_tool("twice", {}))
+    [err] = [e for e in leaves(raised.value) if "start the call again" in str(e)]
+    assert err.error.code == -32602 and err.error.data == {"reason": "call_lost"}, repr(err)
+    assert client.counts["elicitation"] == 2
+    assert cluster.total("mrtr_replayed_calls_total") == 0
