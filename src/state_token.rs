@@ -602,6 +602,32 @@ mod tests {
     }
 
     #[test]
+    fn a_token_with_ten_answered_rounds_stays_far_below_the_bound() {
+        let c = codec(KEY);
+        let now = SystemTime::now();
+        let answer = serde_json::json!({"action":"accept","content":{"name":"Ada Lovelace"}});
+        let mut sizes = Vec::new();
+        for rounds in [0usize, 1, 3, 10] {
+            let mut claims = c.claims("h1", "p", "r", 1, now);
+            claims.replay = Some(Journal {
+                answered: (0..rounds)
+                    .map(|i| {
+                        (
+                            crate::replay::fingerprint("e", Some(&i.into())),
+                            answer.clone(),
+                        )
+                    })
+                    .collect(),
+                pending: vec![("elicitation-11".into(), "0123456789abcdef01234567".into())],
+            });
+            sizes.push(c.sign(&claims).unwrap().len());
+        }
+        eprintln!("token bytes at 0/1/3/10 answered rounds: {sizes:?}");
+        assert!(sizes.windows(2).all(|w| w[0] < w[1]));
+        assert!(sizes[3] < MAX_TOKEN_BYTES / 4, "{sizes:?}");
+    }
+
+    #[test]
     fn digests_are_canonical() {
         let a: serde_json::Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":1}}"#).unwrap();
         let b: serde_json::Value = serde_json::from_str(r#"{"a":{"x":1,"y":2},"b":1}"#).unwrap();
