@@ -98,6 +98,7 @@ def proxy_binary():
 class Proxy:
     def __init__(self, upstream_url, *extra, config=None, log="warn", listen="127.0.0.1:0"):
         config = str(config or HERE / "proxy.toml")
+        self.listen = listen
         cmd = [proxy_binary(), "--config", config, "--listen", listen, "--upstream", upstream_url]
         self.proc = Proc([*cmd, *extra],
                          env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", log)})

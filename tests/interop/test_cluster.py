@@ -10,7 +10,8 @@ not invoked again for them; a tool that is not replay-safe gets the call-lost er
 import asyncio
 import shutil
 import signal
-import subprocess
+import threading
+import time
 
 import pytest
 from mcp.client import Client
@@ -46,11 +47,14 @@ http {{
             proxy_pass http://replicas;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
+            # Responses stream (SSE); requests are buffered, so that one can go to the next
+            # replica (nginx cannot resend a body it started to stream).
             proxy_buffering off;
-            proxy_request_buffering off;
             proxy_read_timeout 120s;
-            # A replica that refuses the connection (killed) is skipped; nothing reached it.
-            proxy_next_upstream error timeout non_idempotent;
+            # A replica that refuses the connection (killed, restarting) is skipped, and so is one
+            # that answers 503 because it drains (as a readiness probe would take it out of a
+            # Service); neither started the call.
+            proxy_next_upstream error timeout http_503 non_idempotent;
         }}
     }}
 }}
@@ -67,9 +71,11 @@ class Cluster:
             '[state]\nsecret = "a-cluster-key-shared-by-every-replica-0123"\ngather_window = "250ms"\n'
             f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n'
         )
+        self.config, self.upstream_urls = config, []
         for port in ports:
             up, url = start_py_upstream()
             self.upstreams.append(up)
+            self.upstream_urls.append(url)
             self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
         lb_port = free_port()
         servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
@@ -78,6 +84,13 @@ class Cluster:
         self.nginx = Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)])
         wait_tcp(lb_port, self.nginx)
         self.url = f"http://127.0.0.1:{lb_port}/mcp"
+
+    def restart(self, i):
+        """SIGTERM replica `i`, wait for its drain and exit, and start it again on its port."""
+        old = self.proxies[i]
+        old.proc.p.send_signal(signal.SIGTERM)
+        old.proc.p.wait(timeout=30)
+        self.proxies[i] = Proxy(self.upstream_urls[i], config=self.config, listen=old.listen)
 
     def total(self, name, **labels):
         return sum(p.metrics().sum(name, **labels) for p in self.proxies if p.proc.p.poll() is None)
@@ -164,3 +177,49 @@ def test_a_call_that_is_not_replay_safe_gets_the_call_lost_error(cluster):
     assert err.error.code == -32602 and err.error.data == {"reason": "call_lost"}, repr(err)
     assert client.counts["elicitation"] == 2
     assert cluster.total("mrtr_replayed_calls_total") == 0
+
+
+ROLLING_WORKERS = 4
+ROLLING_MAX_CALLS = 2000
+CALLS_BETWEEN_RESTARTS = 20
+
+
+def test_a_rolling_restart_of_every_replica_loses_no_read_only_call(cluster):
+    """A bounded loop of read-only two-round calls (4 at a time) while each replica in turn is
+    stopped (SIGTERM: drain, then exit) and started again; reports the success rate."""
+    stop = threading.Event()
+    outcomes = []
+
+    async def worker():
+        while not stop.is_set() and len(outcomes) < ROLLING_MAX_CALLS:
+            client = PyClient(cluster.url)
+            try:
+                async with Client(cluster.url, mode="2026-07-28", **client.kwargs) as c:
+                    r = await asyncio.wait_for(c.call_tool("twice_read_only", {}), CALL_TIMEOUT_S)
+                ok = text_of(r) == "Ada and Ada, read-only" and client.counts["elicitation"] == 2
+            except Exception as e:  # noqa: BLE001 - every failure counts against the rate
+                ok = False
+                print("call failed:", repr(e))
+            outcomes.append(ok)
+
+    async def load():
+        await asyncio.gather(*(worker() for _ in range(ROLLING_WORKERS)))
+
+    def completed_at_least(n):
+        deadline = time.monotonic() + CALL_TIMEOUT_S
+        while len(outcomes) < n and time.monotonic() < deadline and loader.is_alive():
+            time.sleep(0.05)
+
+    loader = threading.Thread(target=lambda: asyncio.run(load()))
+    loader.start()
+    # Calls complete between restarts, and calls are in flight during each one.
+    for i in range(REPLICAS):
+        completed_at_least((i + 1) * CALLS_BETWEEN_RESTARTS)
+        cluster.restart(i)
+    completed_at_least((REPLICAS + 1) * CALLS_BETWEEN_RESTARTS)
+    stop.set()
+    loader.join(timeout=CALL_TIMEOUT_S * 2)
+    assert not loader.is_alive()
+    rate = sum(outcomes) / len(outcomes)
+    print(f"rolling restart: {sum(outcomes)}/{len(outcomes)} read-only calls completed ({rate:.1%})")
+    assert len(outcomes) >= (REPLICAS + 1) * CALLS_BETWEEN_RESTARTS and rate == 1.0
