@@ -1,6 +1,6 @@
 """Scale-out on the real binary: three proxies, each in front of its own Python mcp==1.30.0
 upstream, behind nginx round-robin (no stickiness), sharing one key. The official Python modern
-client (mcp==2.3.0, pinned to 2026-07-28) runs two-round calls through the balancer, so its
+client (mcp==2.3.0, pinned to 2026-07-28; and the TS client 2.4.0) runs two-round calls through the balancer, so its
 retries land on any replica: they are forwarded to the owner. When the owner is SIGKILLed with
 the call parked (at round 1 or 2; with its upstream or without), a read-only tool is run again
 on a survivor from the token and completes with the answers already given, the user's callback
@@ -16,8 +16,8 @@ import time
 import pytest
 from mcp.client import Client
 
-from conftest import Proc, Proxy, free_port, start_py_upstream, wait_tcp
-from test_modern_clients import PyClient, text_of
+from conftest import Proc, Proxy, free_port, run_ts_client, start_py_upstream, wait_tcp
+from test_modern_clients import PyClient, text_of, ts_text
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REPLICAS = 3
@@ -129,6 +129,14 @@ def test_parallel_two_round_calls_through_round_robin_all_complete_by_forwarding
     assert outcomes == [("Ada and Ada", 2)] * PARALLEL_CALLS
     assert cluster.total("mrtr_forwarded_retries_total", result="ok") > 0
     assert cluster.total("mrtr_parked_calls") == 0
+
+
+def test_the_ts_client_completes_two_round_calls_through_round_robin(cluster):
+    ops = [{"op": "callTool", "name": "twice"}, {"op": "callTool", "name": "twice_read_only"}] * 2
+    out = run_ts_client(cluster.url, ops)
+    texts = [ts_text(r) for r in out["results"]]
+    assert texts == ["Grace and Grace", "Grace and Grace, read-only"] * 2
+    assert cluster.total("mrtr_forwarded_retries_total", result="ok") > 0
 
 
 class KillOwnerAt(PyClient):
