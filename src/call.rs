@@ -413,7 +413,9 @@ impl Call {
             return Outcome::error(&ProxyError::Rpc(rewrite::rewrite_error(err)), id);
         }
         // The result of a retry that carried inputResponses must not be cached (caching26).
-        let (ttl_ms, scope) = if self.rounds.had_rounds() {
+        // A replayed call's result came from answers too, given in an earlier life.
+        let answered = self.rounds.had_rounds() || self.spec.replay_from.is_some();
+        let (ttl_ms, scope) = if answered {
             (0, CacheScope::Private)
         } else {
             (self.ctx.cache_ttl_ms, self.ctx.cache_scope)

@@ -437,11 +437,15 @@ async fn to_owner(
         Err(r) => *r,
     };
     app.metrics.forwarded(result);
-    tracing::info!(
-        owner,
-        result = result.as_str(),
-        "retry for another instance"
-    );
+    if outcome.is_ok() {
+        tracing::debug!(owner, "forwarded a retry to the instance holding its call");
+    } else {
+        tracing::info!(
+            owner,
+            result = result.as_str(),
+            "cannot forward a retry to the instance holding its call"
+        );
+    }
     outcome.map_err(|r| {
         ProxyError::CallLost(match r {
             Forward::Loop => "it reached a second instance that does not hold it",

@@ -96,10 +96,13 @@ async fn annotated_safe(hints: &ToolHints, session: Option<Arc<Session>>, tool: 
     if !hints.fresh(Instant::now()) || !hints.safe.contains_key(tool) {
         if let Some(session) = session {
             if let Ok(found) = tokio::time::timeout(LIST_TIMEOUT, read_hints(&session)).await {
-                hints.safe.clear();
+                // Updated in place, never emptied: a concurrent look-up sees old or new hints.
+                let names: std::collections::HashSet<String> =
+                    found.iter().map(|(n, _)| n.clone()).collect();
                 for (name, safe) in found {
                     hints.safe.insert(name, safe);
                 }
+                hints.safe.retain(|name, _| names.contains(name));
                 if let Ok(mut t) = hints.read.lock() {
                     *t = Some(Instant::now());
                 }
