@@ -408,3 +408,46 @@ async fn a_request_that_changed_on_the_rerun_is_asked_anew() {
         "Lovelace"
     );
 }
+
+#[tokio::test]
+async fn a_draining_owner_still_resumes_a_forwarded_retry_and_refuses_new_calls() {
+    let (listeners, peers) = bind(2).await;
+    let toml = format!(
+        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"30s\"\n[cluster]\npeers = [{peers}]\n"
+    );
+    let mut mocks = Vec::new();
+    let mut proxies = Vec::new();
+    for l in listeners {
+        let mock = Mock::start().await;
+        mock.script("ask", vec![vec![Step::elicit(7), Step::Await(7), done()]]);
+        proxies.push(TestProxy::start_on(l, &mock.url(), &toml));
+        mocks.push(mock);
+    }
+    let (_, state) = first_round(&proxies[0].client(all_caps()), "ask", json!({})).await;
+    proxies[0].begin_shutdown();
+    // Readiness is off and new calls go elsewhere ...
+    let refused = proxies[0]
+        .client(all_caps())
+        .request("tools/call", json!({"name": "ask", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(refused.status, http::StatusCode::SERVICE_UNAVAILABLE);
+    // ... but the parked call is resumed through the other replica.
+    let ex = retry(
+        &proxies[1].client(all_caps()),
+        "ask",
+        json!({}),
+        accept(),
+        &state,
+    )
+    .await;
+    assert_eq!(
+        ex.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        ex.last
+    );
+    assert_eq!(mocks[0].answers_to(7).len(), 1);
+    assert_eq!(forwarded(&proxies[1], "ok").await, "1");
+    proxies[0].stopped().await;
+}
