@@ -12,6 +12,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use arc_swap::ArcSwap;
 use base64::Engine;
 use jsonwebtoken::{Header, Validation};
+use ring::aead::LessSafeKey;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -179,30 +181,37 @@ impl TokenCodec {
     /// Only if serialisation fails, which it does not for these claims.
     pub(crate) fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
         let keys = self.keys.load();
-        let mut header = Header::new(keys.signing.alg);
-        header.kid = Some(keys.signing.kid.clone());
         let Some(journal) = &claims.replay else {
-            return jsonwebtoken::encode(&header, claims, &keys.signing.key);
+            return encode(&keys, claims);
         };
         let plain = serde_json::to_vec(journal)?;
         let mut sealed = claims.clone();
         sealed.sealed = replay::seal(&keys.signing.seal, binding(claims).as_bytes(), &plain);
-        jsonwebtoken::encode(&header, &sealed, &keys.signing.key)
+        encode(&keys, &sealed)
     }
 
-    /// Verifies size, key (`kid`), signature, algorithm (HS256 only), issuer, issue time and
-    /// lifetime, expiry at `now`, principal and request.
+    /// Signs any claims (a peer signature, say) with the active key, naming it.
     ///
     /// # Errors
-    /// The [`TokenError`] saying which check failed; nothing of the payload is trusted before the
-    /// signature is checked.
-    pub(crate) fn verify(
+    /// Only if serialisation fails.
+    pub(crate) fn sign_jwt<T: Serialize>(
+        &self,
+        claims: &T,
+    ) -> Result<String, jsonwebtoken::errors::Error> {
+        encode(&self.keys.load(), claims)
+    }
+
+    /// Checks size, key (`kid`, valid at `now`) and signature, with the algorithm the key pins;
+    /// returns the claims and the verifying key's sealing key. Times and claims are the
+    /// caller's to check.
+    ///
+    /// # Errors
+    /// [`TokenError::Invalid`]; nothing of the payload is trusted before the signature.
+    pub(crate) fn decode_jwt<T: DeserializeOwned>(
         &self,
         token: &str,
-        principal: &str,
-        request: &str,
         now: SystemTime,
-    ) -> Result<Claims, TokenError> {
+    ) -> Result<(T, Arc<LessSafeKey>), TokenError> {
         if token.len() > MAX_TOKEN_BYTES {
             return Err(TokenError::Invalid);
         }
@@ -214,16 +223,34 @@ impl TokenCodec {
             .ok_or(TokenError::Invalid)?;
         // The key pins the algorithm: a token whose header claims another one is refused.
         let mut v = Validation::new(key.alg);
-        // Time is checked below against the caller's clock so tests can move it.
+        // Times are checked by the caller against its clock, so tests can move it.
         v.validate_exp = false;
+        v.validate_aud = false;
         v.required_spec_claims.clear();
         v.leeway = 0;
-        let mut c = jsonwebtoken::decode::<Claims>(token, &key.key, &v)
+        let claims = jsonwebtoken::decode::<T>(token, &key.key, &v)
             .map_err(|_| TokenError::Invalid)?
             .claims;
+        Ok((claims, Arc::clone(&key.seal)))
+    }
+
+    /// Verifies size, key (`kid`), signature, algorithm (the key's), issue time and lifetime,
+    /// expiry at `now`, principal and request; opens the replay journal when there is one.
+    ///
+    /// # Errors
+    /// The [`TokenError`] saying which check failed; nothing of the payload is trusted before the
+    /// signature is checked.
+    pub(crate) fn verify(
+        &self,
+        token: &str,
+        principal: &str,
+        request: &str,
+        now: SystemTime,
+    ) -> Result<Claims, TokenError> {
+        let (mut c, seal): (Claims, _) = self.decode_jwt(token, now)?;
         self.check_claims(&c, principal, request, unix(now))?;
         if let Some(sealed) = c.sealed.take() {
-            let journal = replay::open(&key.seal, binding(&c).as_bytes(), &sealed);
+            let journal = replay::open(&seal, binding(&c).as_bytes(), &sealed);
             c.replay = Some(journal.ok_or(TokenError::Invalid)?);
         }
         Ok(c)
@@ -260,6 +287,13 @@ impl TokenCodec {
         }
         Ok(())
     }
+}
+
+/// Signs `claims` with the active key of `keys`, naming it (`kid`).
+fn encode<T: Serialize>(keys: &KeySet, claims: &T) -> Result<String, jsonwebtoken::errors::Error> {
+    let mut header = Header::new(keys.signing.alg);
+    header.kid = Some(keys.signing.kid.clone());
+    jsonwebtoken::encode(&header, claims, &keys.signing.key)
 }
 
 /// What a sealed journal is bound to: its token (handle and single-use id).
