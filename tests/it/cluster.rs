@@ -245,6 +245,17 @@ async fn lost_at_round_two(
     (mocks, survivor, s2)
 }
 
+/// Answers round 2 (`elicitation-2`) of `tool` with `name` on `proxy`, with `state`.
+async fn answer_round_two(
+    proxy: &TestProxy,
+    tool: &str,
+    name: &str,
+    state: &str,
+) -> mrtr_proxy::demo::client::Exchange {
+    let answers = named("elicitation-2", name);
+    retry(&proxy.client(all_caps()), tool, json!({}), answers, state).await
+}
+
 fn metric(text: &str, series: &str) -> String {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
@@ -256,15 +267,7 @@ fn metric(text: &str, series: &str) -> String {
 async fn a_replay_safe_call_whose_owner_died_completes_elsewhere_without_asking_again() {
     // `look` is read-only by the upstream's own annotations (the default mode).
     let (mocks, b, s2) = lost_at_round_two("look", ("Name?", "Surname?"), "").await;
-    let c = b.client(all_caps());
-    let ex = retry(
-        &c,
-        "look",
-        json!({}),
-        named("elicitation-2", "Lovelace"),
-        &s2,
-    )
-    .await;
+    let ex = answer_round_two(&b, "look", "Lovelace", &s2).await;
     assert_eq!(
         ex.result()["content"][0]["text"],
         "finished",
@@ -285,14 +288,7 @@ async fn a_replay_safe_call_whose_owner_died_completes_elsewhere_without_asking_
     assert_eq!(metric(&text, "mrtr_replayed_calls_total"), "1");
     assert_eq!(metric(&text, "mrtr_replayed_answers_total"), "2");
     // The same token a second time is not run a second time here.
-    let again = retry(
-        &c,
-        "look",
-        json!({}),
-        named("elicitation-2", "Lovelace"),
-        &s2,
-    )
-    .await;
+    let again = answer_round_two(&b, "look", "Lovelace", &s2).await;
     assert_eq!(error_of(&again)["code"], -32602);
     assert_eq!(mocks[1].calls_of("look"), 1);
 }
@@ -301,14 +297,7 @@ async fn a_replay_safe_call_whose_owner_died_completes_elsewhere_without_asking_
 async fn a_call_that_is_not_replay_safe_gets_call_lost_and_is_not_run_again() {
     // `ask` carries no read-only or idempotent hint.
     let (mocks, b, s2) = lost_at_round_two("ask", ("Name?", "Surname?"), "").await;
-    let ex = retry(
-        &b.client(all_caps()),
-        "ask",
-        json!({}),
-        named("elicitation-2", "L"),
-        &s2,
-    )
-    .await;
+    let ex = answer_round_two(&b, "ask", "L", &s2).await;
     assert_eq!(ex.status, http::StatusCode::GONE);
     assert_eq!(error_of(&ex)["data"]["reason"], "call_lost");
     assert_eq!(mocks[1].calls_of("ask"), 0, "never silently re-executed");
@@ -322,14 +311,7 @@ async fn config_overrides_the_annotations_either_way() {
         "[replay.tools]\nask = \"always\"",
     )
     .await;
-    let ex = retry(
-        &b.client(all_caps()),
-        "ask",
-        json!({}),
-        named("elicitation-2", "L"),
-        &s2,
-    )
-    .await;
+    let ex = answer_round_two(&b, "ask", "L", &s2).await;
     assert_eq!(
         ex.result()["content"][0]["text"],
         "finished",
@@ -343,14 +325,7 @@ async fn config_overrides_the_annotations_either_way() {
         "default = \"never\"\n[replay.tools]\nlook = \"never\"",
     )
     .await;
-    let ex = retry(
-        &b.client(all_caps()),
-        "look",
-        json!({}),
-        named("elicitation-2", "L"),
-        &s2,
-    )
-    .await;
+    let ex = answer_round_two(&b, "look", "L", &s2).await;
     assert_eq!(ex.status, http::StatusCode::GONE);
     assert_eq!(mocks[1].calls_of("look"), 0);
 }
@@ -370,14 +345,7 @@ async fn a_request_that_changed_on_the_rerun_is_asked_anew() {
         ]],
     );
     let c = b.client(all_caps());
-    let ex = retry(
-        &c,
-        "look",
-        json!({}),
-        named("elicitation-2", "Lovelace"),
-        &s2,
-    )
-    .await;
+    let ex = answer_round_two(&b, "look", "Lovelace", &s2).await;
     let r = ex.result();
     assert_eq!(r["resultType"], "input_required", "{:?}", ex.last);
     let asked: Vec<&Value> = r["inputRequests"].as_object().unwrap().values().collect();
