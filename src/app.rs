@@ -9,7 +9,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::call::{CallContext, ParkLimits, ParkedCalls};
 use crate::cluster::Peers;
-use crate::config::Config;
+use crate::config::{Config, UpstreamTransport};
 use crate::keys::{self, KeyError, KeySet};
 use crate::limits::PrincipalGate;
 use crate::metrics::Metrics;
@@ -192,6 +192,14 @@ impl App {
         self.pool.reap_idle().await
     }
 
+    /// What the upstream is, for logs: its URL, or a stdio server's program.
+    pub fn upstream_name(&self) -> String {
+        match &self.config.upstream_transport {
+            UpstreamTransport::Stdio(cmd) => format!("stdio:{}", cmd.program),
+            _ => self.config.upstream.to_string(),
+        }
+    }
+
     /// Runs one upstream handshake to learn whether the upstream is up (and sets readiness).
     pub async fn probe_upstream(&self) -> bool {
         self.pool.probe().await
@@ -206,14 +214,19 @@ fn session_pool(config: &Config) -> Arc<SessionPool> {
         config.max_sse_event_bytes,
         config.upstream_max_idle_connections,
     );
+    let max_sessions = match &config.upstream_transport {
+        UpstreamTransport::Stdio(cmd) => cmd.max_processes,
+        _ => config.max_sessions,
+    };
     SessionPool::new(
         client,
         PoolConfig {
-            max_sessions: config.max_sessions,
+            max_sessions,
             idle_timeout: config.session_idle,
             acquire_timeout: config.session_acquire_timeout,
             protocol_version: config.upstream_protocol_version.clone(),
             default_roots: Arc::new(config.default_roots.clone()),
+            transport: config.upstream_transport.clone(),
         },
     )
 }

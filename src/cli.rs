@@ -1,4 +1,5 @@
-//! Command line: `mrtr-proxy [--config FILE] [--listen ADDR] [--upstream URL] [--state-ttl D]`,
+//! Command line: `mrtr-proxy [--config FILE] [--listen ADDR] [--upstream URL] [--state-ttl D]
+//! [-- COMMAND ARGS…]`,
 //! `mrtr-proxy check-config FILE`, `mrtr-proxy healthcheck [--url URL]`, `mrtr-proxy demo [--once]`.
 
 use std::net::SocketAddr;
@@ -6,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-/// MCP sidecar: a 2026-07-28 (MRTR) front for a legacy Streamable HTTP server.
+/// MCP sidecar: a 2026-07-28 (MRTR) front for a legacy server (Streamable HTTP, HTTP+SSE or stdio).
 #[derive(Debug, Parser)]
 #[command(name = "mrtr-proxy", version, about)]
 pub struct Cli {
@@ -22,6 +23,10 @@ pub struct Cli {
     /// Lifetime of a requestState / parked call (e.g. `30s`, `5m`), overrides `state.ttl`.
     #[arg(long)]
     pub state_ttl: Option<String>,
+    /// A stdio server to run as the upstream, after `--` (e.g. `-- python server.py`); overrides
+    /// `upstream.command`. Its `env`, `cwd` and `max_processes` still come from the config.
+    #[arg(last = true, value_name = "STDIO_SERVER")]
+    pub upstream_command: Vec<String>,
     /// What to do (default: serve).
     #[command(subcommand)]
     pub command: Option<Command>,

@@ -10,30 +10,20 @@ use std::time::Duration;
 
 use http::Uri;
 
+mod error;
 mod raw;
+mod transport;
 mod units;
+
+pub use error::ConfigError;
+use error::{invalid, positive};
 
 pub use raw::{
     RawAdmin, RawCluster, RawConfig, RawLog, RawPool, RawReplay, RawResults, RawServer, RawState,
     RawUpstream,
 };
+pub use transport::{StdioCommand, UpstreamTransport, DEFAULT_MAX_PROCESSES};
 pub use units::{parse_duration, parse_size};
-
-/// Why a configuration was rejected. The message always names the key.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The TOML did not parse or has unknown keys / wrong types.
-    #[error("invalid config: {0}")]
-    Toml(#[from] toml::de::Error),
-    /// A key has a value that parses but is not acceptable.
-    #[error("invalid value for `{key}`: {reason}")]
-    Invalid {
-        /// Dotted key name, e.g. `state.ttl`.
-        key: &'static str,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
 
 /// Where the keys come from (the `[state]` keys of the config).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -126,8 +116,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// Log filter (`tracing` directives, e.g. `info` or `mrtr_proxy=debug`); `RUST_LOG` wins.
     pub log_level: String,
-    /// The legacy upstream's MCP endpoint.
+    /// The legacy upstream's MCP endpoint (the SSE URL of an HTTP+SSE server; unused for stdio).
     pub upstream: Uri,
+    /// How the upstream is reached: Streamable HTTP, HTTP+SSE, either (detected), or stdio.
+    pub upstream_transport: UpstreamTransport,
     /// Protocol version the proxy asks for in `initialize`.
     pub upstream_protocol_version: String,
     /// Timeout for connecting to and getting response headers from the upstream.
@@ -387,6 +379,7 @@ impl Config {
             log_format,
             log_level,
             upstream: up.url,
+            upstream_transport: up.transport,
             upstream_protocol_version: up.protocol_version,
             upstream_timeout: up.timeout,
             upstream_health_interval: up.health_interval,
@@ -489,6 +482,7 @@ impl Bounds {
 // `[upstream]`, validated.
 struct UpstreamSettings {
     url: Uri,
+    transport: UpstreamTransport,
     protocol_version: String,
     timeout: Duration,
     sse_idle_timeout: Duration,
@@ -503,6 +497,7 @@ impl UpstreamSettings {
     fn from_raw(u: RawUpstream) -> Result<Self, ConfigError> {
         Ok(Self {
             url: parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?,
+            transport: transport::from_raw(&u)?,
             protocol_version: u
                 .protocol_version
                 .unwrap_or_else(|| crate::protocol::DEFAULT_LEGACY_VERSION.to_owned()),
@@ -671,20 +666,6 @@ fn cache_scope(raw: Option<&str>) -> Result<CacheScope, ConfigError> {
             "results.cache_scope",
             format!("`{other}` is not public or private"),
         )),
-    }
-}
-
-fn invalid(key: &'static str, reason: impl fmt::Display) -> ConfigError {
-    ConfigError::Invalid {
-        key,
-        reason: reason.to_string(),
-    }
-}
-
-fn positive(key: &'static str, v: Option<usize>, default: usize) -> Result<usize, ConfigError> {
-    match v.unwrap_or(default) {
-        0 => Err(invalid(key, "must be at least 1")),
-        n => Ok(n),
     }
 }
 

@@ -120,6 +120,21 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
     resp
 }
 
+// A legacy client in front of a stdio or HTTP+SSE upstream, which has nothing to relay it to:
+// the error a modern-only server gives, naming the version it asked for and the one it can have.
+fn legacy_refused(headers: &http::HeaderMap, body: &[u8]) -> ProxyError {
+    let from_body = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["params"]["protocolVersion"].as_str().map(str::to_owned));
+    let from_header = headers
+        .get(crate::protocol::VERSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    ProxyError::UnsupportedVersion {
+        requested: from_body.or(from_header).unwrap_or_default(),
+    }
+}
+
 // Routes by HTTP method: POST (modern or legacy), a legacy GET stream or DELETE, else 405.
 async fn answer(
     app: Arc<App>,
@@ -137,6 +152,9 @@ async fn answer(
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
             timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
+            if !app.pool.relays_legacy_clients() {
+                return edge::fail(timer, &legacy_refused(req.headers(), b""), None);
+            }
             relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed()), timer).await
         }
         _ => {
@@ -179,6 +197,9 @@ async fn post(
         Ok(Classified::Modern(msg)) => modern(app, inbound, (msg, who), timer).await,
         Ok(Classified::Legacy) => {
             timer.label(Era::Legacy, metrics::Method::HttpPost);
+            if !app.pool.relays_legacy_clients() {
+                return edge::fail(timer, &legacy_refused(&parts.headers, &bytes), None);
+            }
             let req = Request::from_parts(parts, body::full(bytes));
             relay::relay(&app, req, timer).await
         }

@@ -65,7 +65,6 @@ async fn main() -> ExitCode {
 
 async fn serve(config: Config) -> ExitCode {
     telemetry::init_with(config.log_format, &config.log_level);
-    let upstream = config.upstream.to_string();
     let mcp_path = config.mcp_path.clone();
     let admin_listen = config.admin_listen;
     let listen = config.listen;
@@ -81,6 +80,7 @@ async fn serve(config: Config) -> ExitCode {
             .await
             .map_err(|e| eprintln!("mrtr-proxy: cannot listen on {addr}: {e}"))
     };
+    let upstream = app.upstream_name();
     let Ok(main) = bind(listen).await else {
         return ExitCode::FAILURE;
     };
@@ -124,7 +124,23 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
     if let Some(l) = cli.listen {
         c.listen = l;
     }
+    if !cli.upstream_command.is_empty() {
+        if cli.upstream.is_some() {
+            return Err("give --upstream URL or a command after --, not both".into());
+        }
+        let mut cmd = config::StdioCommand::new(cli.upstream_command.clone())
+            .map_err(|e| format!("--: {e}"))?;
+        if let config::UpstreamTransport::Stdio(from_file) = &c.upstream_transport {
+            cmd.env = from_file.env.clone();
+            cmd.cwd = from_file.cwd.clone();
+            cmd.max_processes = from_file.max_processes;
+        }
+        c.upstream_transport = config::UpstreamTransport::Stdio(cmd);
+    }
     if let Some(u) = &cli.upstream {
+        if let config::UpstreamTransport::Stdio(_) = c.upstream_transport {
+            c.upstream_transport = config::UpstreamTransport::Auto;
+        }
         c.upstream = config::parse_upstream(u).map_err(|e| format!("--upstream: {e}"))?;
     }
     if let Some(t) = &cli.state_ttl {

@@ -384,7 +384,8 @@ async fn route(app: Arc<App>, req: Request<Incoming>, routes: Routes) -> Respons
         if path == app.config.mcp_path {
             return front::handle(app, req).await;
         }
-        if req.method() == Method::GET && path.starts_with("/.well-known/") {
+        if req.method() == Method::GET && path.starts_with("/.well-known/") && app.pool.has_origin()
+        {
             use http_body_util::BodyExt;
             let req = req.map(|b| b.map_err(Into::into).boxed());
             return front::relay_same_path(&app, req).await;
@@ -450,7 +451,8 @@ async fn background(app: Arc<App>) {
                 delay = (delay * 2).min(Duration::from_secs(5));
                 continue;
             }
-            tracing::info!(upstream = %app.config.upstream, "upstream answered initialize; ready");
+            tracing::info!(upstream = %app.upstream_name(), transport = app.pool.transport_name(),
+                "upstream answered initialize; ready");
             delay = Duration::from_millis(100);
         }
         tokio::select! {
@@ -462,8 +464,8 @@ async fn background(app: Arc<App>) {
                 app.calls.parked.sweep();
             }
             _ = health.tick() => {
-                if !app.pool.client().check_connect().await {
-                    tracing::warn!(upstream = %app.config.upstream, "upstream unreachable; not ready");
+                if !app.pool.check_health().await {
+                    tracing::warn!(upstream = %app.upstream_name(), "upstream unreachable; not ready");
                 }
             }
         }

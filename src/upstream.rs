@@ -5,8 +5,12 @@
 
 mod changes;
 mod client;
+mod connect;
+mod link;
 mod pool;
 mod session;
+mod sse_session;
+mod stdio;
 mod stream;
 
 pub(crate) use changes::Change;

@@ -129,6 +129,16 @@ pub struct RawUpstream {
     pub principal_header: Option<String>,
     /// `default_roots`
     pub default_roots: Vec<toml::Value>,
+    /// `transport`
+    pub transport: Option<String>,
+    /// `command`
+    pub command: Option<Vec<String>>,
+    /// `env`
+    pub env: std::collections::BTreeMap<String, String>,
+    /// `cwd`
+    pub cwd: Option<String>,
+    /// `max_processes`
+    pub max_processes: Option<usize>,
 }
 
 /// `[pool]` table.

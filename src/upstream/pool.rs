@@ -17,7 +17,9 @@ use tokio_util::task::TaskTracker;
 
 use super::changes::{Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
+use super::connect::Connector;
 use super::session::{legacy_capabilities, Session, SessionParams};
+use crate::config::UpstreamTransport;
 
 /// Sessions are shared only between requests with the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -41,12 +43,15 @@ pub(crate) struct PoolConfig {
     pub(crate) protocol_version: String,
     /// Answer to unattributed `roots/list`.
     pub(crate) default_roots: Arc<Vec<Value>>,
+    /// How sessions are opened.
+    pub(crate) transport: UpstreamTransport,
 }
 
 /// The session pool.
 #[derive(Debug)]
 pub(crate) struct SessionPool {
     client: UpstreamClient,
+    connector: Connector,
     cfg: PoolConfig,
     idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>>>,
     permits: Arc<Semaphore>,
@@ -101,6 +106,7 @@ impl SessionPool {
         let permits = Arc::new(Semaphore::new(cfg.max_sessions));
         Arc::new(Self {
             client,
+            connector: Connector::new(cfg.transport.clone()),
             cfg,
             idle: Mutex::new(HashMap::new()),
             permits,
@@ -118,9 +124,40 @@ impl SessionPool {
         self.changes.subscribe()
     }
 
-    /// True once any `initialize` succeeded.
+    /// True once any `initialize` succeeded, while the upstream stays reachable (a stdio
+    /// server: while it starts).
     pub(crate) fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed) && self.client.is_reachable()
+        let up = if self.connector.is_network() {
+            self.client.is_reachable()
+        } else {
+            self.connector.is_starting_well()
+        };
+        self.ready.load(Ordering::Relaxed) && up
+    }
+
+    /// The periodic liveness check readiness follows between requests: a TCP connect to a
+    /// network upstream; for a stdio server, whether its last start worked.
+    pub(crate) async fn check_health(&self) -> bool {
+        if self.connector.is_network() {
+            self.client.check_connect().await
+        } else {
+            self.connector.is_starting_well()
+        }
+    }
+
+    /// Whether the upstream has an HTTP origin (OAuth metadata can be relayed from it).
+    pub(crate) fn has_origin(&self) -> bool {
+        self.connector.is_network()
+    }
+
+    /// Whether legacy clients can be relayed to this upstream (a Streamable HTTP one only).
+    pub(crate) fn relays_legacy_clients(&self) -> bool {
+        self.connector.relays_legacy_clients()
+    }
+
+    /// The upstream's transport, for logs (`auto` says what it found).
+    pub(crate) fn transport_name(&self) -> &'static str {
+        self.connector.name()
     }
 
     /// The upstream client.
@@ -143,6 +180,7 @@ impl SessionPool {
             principal: principal.to_owned(),
             capabilities: legacy.to_string(),
         };
+        let deadline = Instant::now() + self.cfg.acquire_timeout;
         let permit = match self.acquire(&key).await? {
             Acquired::Idle(session) => {
                 return Ok(Lease {
@@ -164,7 +202,11 @@ impl SessionPool {
                 principal: Arc::from(principal),
             },
         };
-        let session = match Session::initialize(self.client.clone(), params, permit).await {
+        let opened = self
+            .connector
+            .open(&self.client, params, permit, deadline)
+            .await;
+        let session = match opened {
             Ok(s) => s,
             // Refusing these credentials is an answer too: the upstream is up.
             Err(e @ UpstreamError::Unauthorized { .. }) => {
@@ -234,8 +276,11 @@ impl SessionPool {
             .await
         {
             Ok(mut lease) => {
-                // Closed (DELETE) when dropped; the probe's session is not kept.
-                lease.poison();
+                // Closed (DELETE) when dropped; the probe's session is not kept, except a stdio
+                // child, which stays warm for the next request.
+                if self.connector.is_network() {
+                    lease.poison();
+                }
                 true
             }
             // The probe has no credentials: an upstream that asks for them is up.

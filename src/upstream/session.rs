@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use super::changes::{is_change, Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
+use super::link::{Link, Owner};
 use super::stream::MessageStream;
 use crate::body;
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
@@ -28,6 +29,8 @@ mod get_stream;
 #[derive(Debug)]
 pub(crate) struct Session {
     client: UpstreamClient,
+    /// A stdio or HTTP+SSE session's link; `None` on Streamable HTTP.
+    link: Option<Arc<Link>>,
     id: Option<HeaderValue>,
     version: String,
     init_result: Value,
@@ -56,6 +59,13 @@ impl Drop for ListenerPin {
     }
 }
 
+/// A Streamable HTTP `initialize` that succeeded: the session id and the `InitializeResult`.
+#[derive(Debug)]
+pub(crate) struct Handshake {
+    id: Option<HeaderValue>,
+    result: Value,
+}
+
 /// What `initialize` needs to know.
 #[derive(Debug, Clone)]
 pub(crate) struct SessionParams {
@@ -72,27 +82,99 @@ pub(crate) struct SessionParams {
 }
 
 impl Session {
-    /// Runs the legacy handshake and opens the GET stream.
+    /// POSTs `initialize` (the first half of opening a Streamable HTTP session; [`Session::start`] is the second): the whole handshake, body
+    /// included, within the upstream timeout, so that an upstream that sends headers and then
+    /// nothing holds no session (and no pool permit) for good.
     ///
     /// # Errors
-    /// Any [`UpstreamError`] of the handshake.
-    pub(crate) async fn initialize(
+    /// Any [`UpstreamError`] of the handshake; a 4xx status is how an HTTP+SSE server shows.
+    pub(crate) async fn handshake(
+        client: &UpstreamClient,
+        params: &SessionParams,
+    ) -> Result<Handshake, UpstreamError> {
+        let (id, result) = tokio::time::timeout(client.timeout(), handshake(client, params))
+            .await
+            .map_err(|_| UpstreamError::Timeout)??;
+        Ok(Handshake { id, result })
+    }
+
+    /// The session a successful [`Session::handshake`] made: announced, its GET stream open.
+    ///
+    /// # Errors
+    /// As [`Session::post`], for `notifications/initialized`.
+    pub(crate) async fn start(
         client: UpstreamClient,
+        hs: Handshake,
         params: SessionParams,
         permit: OwnedSemaphorePermit,
     ) -> Result<Arc<Self>, UpstreamError> {
-        // The whole handshake, body included, within the upstream timeout: an upstream that sends
-        // headers and then nothing must not hold a session (and its pool permit) for good.
-        let (id, result) = tokio::time::timeout(client.timeout(), handshake(&client, &params))
+        let session = Self::build(client, None, hs.id, hs.result, params, permit);
+        session
+            .notify("notifications/initialized", &Value::Null)
+            .await?;
+        session.open_get_stream().await;
+        Ok(session)
+    }
+
+    /// Runs the legacy handshake on a stdio or HTTP+SSE link (whose one stream needs no GET).
+    ///
+    /// # Errors
+    /// Any [`UpstreamError`] of the handshake.
+    pub(crate) async fn over_link(
+        client: UpstreamClient,
+        link: Arc<Link>,
+        params: SessionParams,
+        permit: OwnedSemaphorePermit,
+    ) -> Result<Arc<Self>, UpstreamError> {
+        let body = jsonrpc::request_bytes(
+            0,
+            "initialize",
+            jsonrpc::raw(&init_params(&params)).as_deref(),
+        );
+        let handshake = async {
+            let mut stream = MessageStream::routed(link.request(0, body).await?);
+            initialize_result(&mut stream).await
+        };
+        let result = match tokio::time::timeout(client.timeout(), handshake).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(e)) => return Err(close_with(&link, e).await),
+            Err(_) => return Err(close_with(&link, UpstreamError::Timeout).await),
+        };
+        let session = Self::build(
+            client,
+            Some(Arc::clone(&link)),
+            None,
+            result,
+            params,
+            permit,
+        );
+        let owner: Arc<dyn Owner> = Arc::clone(&session) as Arc<dyn Owner>;
+        link.attach(Arc::downgrade(&owner));
+        if let Err(e) = session
+            .notify("notifications/initialized", &Value::Null)
             .await
-            .map_err(|_| UpstreamError::Timeout)??;
+        {
+            return Err(close_with(&link, e).await);
+        }
+        Ok(session)
+    }
+
+    fn build(
+        client: UpstreamClient,
+        link: Option<Arc<Link>>,
+        id: Option<HeaderValue>,
+        result: Value,
+        params: SessionParams,
+        permit: OwnedSemaphorePermit,
+    ) -> Arc<Self> {
         let version = result
             .get("protocolVersion")
             .and_then(Value::as_str)
             .unwrap_or(&params.protocol_version)
             .to_owned();
-        let session = Arc::new(Self {
+        Arc::new(Self {
             client,
+            link,
             id,
             version,
             init_result: result,
@@ -107,12 +189,7 @@ impl Session {
             listeners: AtomicUsize::new(0),
             died: Notify::new(),
             _permit: permit,
-        });
-        session
-            .notify("notifications/initialized", &Value::Null)
-            .await?;
-        session.open_get_stream().await;
-        Ok(session)
+        })
     }
 
     // A request on this session: its id, negotiated version and the principal's header.
@@ -138,7 +215,7 @@ impl Session {
 
     /// True once the upstream forgot the session or it was closed.
     pub(crate) fn is_dead(&self) -> bool {
-        self.dead.load(Ordering::Relaxed)
+        self.dead.load(Ordering::Relaxed) || self.link.as_ref().is_some_and(|l| l.is_closed())
     }
 
     /// Marks the session unusable (it will be closed when its lease ends).
@@ -260,6 +337,9 @@ impl Session {
         let body = jsonrpc::request_bytes(id, method, params);
         let session = Arc::clone(self);
         (id, async move {
+            if let Some(link) = &session.link {
+                return Ok(MessageStream::routed(link.request(id, body).await?));
+            }
             let resp = session.post_with(body, false).await?;
             let status = resp.status();
             let is_json = resp
@@ -290,6 +370,14 @@ impl Session {
         } else {
             jsonrpc::notification_bytes(method, params)
         };
+        self.deliver(body).await
+    }
+
+    // Sends a message that gets no answer: on a link, or POSTed with the (202) answer drained.
+    async fn deliver(&self, body: Vec<u8>) -> Result<(), UpstreamError> {
+        if let Some(link) = &self.link {
+            return link.send(body).await;
+        }
         let resp = self.post(body).await?;
         drain(resp, self.client.timeout()).await
     }
@@ -313,8 +401,7 @@ impl Session {
                 jsonrpc::error_bytes(Some(&raw), err)
             }
         };
-        let resp = self.post(body).await?;
-        drain(resp, self.client.timeout()).await
+        self.deliver(body).await
     }
 
     /// Cancels upstream request `id` (`notifications/cancelled`).
@@ -331,6 +418,9 @@ impl Session {
         if let Some(task) = self.get_task.lock().ok().and_then(|mut t| t.take()) {
             task.abort();
         }
+        if let Some(link) = &self.link {
+            link.close().await;
+        }
         if self.id.is_none() {
             return;
         }
@@ -340,6 +430,18 @@ impl Session {
                 let _ = drain(resp, self.client.timeout()).await;
             }
         }
+    }
+}
+
+impl Owner for Session {
+    // Off the reader: a default answer writes to the upstream, which must not wait on the
+    // upstream reading what we write while we do not read what it writes.
+    fn unrouted(self: Arc<Self>, message: Bytes) {
+        tokio::spawn(async move { self.on_get_message(message).await });
+    }
+
+    fn closed(&self) {
+        self.mark_dead();
     }
 }
 
@@ -356,11 +458,7 @@ async fn handshake(
     client: &UpstreamClient,
     params: &SessionParams,
 ) -> Result<(Option<HeaderValue>, Value), UpstreamError> {
-    let init = json!({
-        "protocolVersion": params.protocol_version,
-        "capabilities": params.capabilities,
-        "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
-    });
+    let init = init_params(params);
     let body = jsonrpc::request_bytes(0, "initialize", jsonrpc::raw(&init).as_deref());
     let req = base_request(client, Method::POST, None, None, params.auth.as_ref())
         .body(body::full(body))
@@ -371,6 +469,20 @@ async fn handshake(
     }
     let id = resp.headers().get(SESSION_HEADER).cloned();
     let mut stream = MessageStream::new(resp, client.max_event_bytes());
+    Ok((id, initialize_result(&mut stream).await?))
+}
+
+// The `initialize` params declaring the client's capabilities.
+fn init_params(params: &SessionParams) -> Value {
+    json!({
+        "protocolVersion": params.protocol_version,
+        "capabilities": params.capabilities,
+        "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+// Reads the `initialize` answer off its stream.
+async fn initialize_result(stream: &mut MessageStream) -> Result<Value, UpstreamError> {
     loop {
         let Some(msg) = stream.next().await else {
             return Err(UpstreamError::Closed);
@@ -386,10 +498,15 @@ async fn handshake(
             )));
         }
         let raw = msg.result.as_ref().map_or("null", |r| r.get());
-        let result = serde_json::from_str::<Value>(raw)
-            .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-        return Ok((id, result));
+        return serde_json::from_str::<Value>(raw)
+            .map_err(|e| UpstreamError::Protocol(e.to_string()));
     }
+}
+
+// Closes a link whose handshake failed (the child is stopped, the GET dropped), passing on why.
+async fn close_with(link: &Link, e: UpstreamError) -> UpstreamError {
+    link.close().await;
+    e
 }
 
 fn base_request(

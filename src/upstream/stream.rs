@@ -10,6 +10,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 
 use super::client::UpstreamError;
+use super::link::Routed;
 use crate::sse::{SseDecoder, SseError};
 
 /// The response to a request whose headers may still be on the way, then its messages.
@@ -46,7 +47,7 @@ impl ResponseStream {
     /// headers came.
     pub(crate) fn last_activity(&self) -> Option<tokio::time::Instant> {
         match self {
-            Self::Ready(s) => Some(s.last_activity),
+            Self::Ready(s) => Some(s.last_activity()),
             Self::Pending(_) | Self::Failed => None,
         }
     }
@@ -80,15 +81,22 @@ impl ResponseStream {
     }
 }
 
-/// Yields the JSON-RPC messages of one upstream response body, JSON or SSE, as raw bytes.
+/// Yields the JSON-RPC messages of one upstream response body, JSON or SSE, as raw bytes; or,
+/// on a stdio or HTTP+SSE session, the messages its link routed to the request.
 #[derive(Debug)]
 pub(crate) struct MessageStream {
     status: http::StatusCode,
-    body: Incoming,
+    body: Source,
     mode: Mode,
     queue: std::collections::VecDeque<Bytes>,
     done: bool,
     last_activity: tokio::time::Instant,
+}
+
+#[derive(Debug)]
+enum Source {
+    Http(Incoming),
+    Link(Routed),
 }
 
 #[derive(Debug)]
@@ -115,7 +123,7 @@ impl MessageStream {
         };
         Self {
             status: resp.status(),
-            body: resp.into_body(),
+            body: Source::Http(resp.into_body()),
             mode,
             queue: Default::default(),
             done: false,
@@ -123,9 +131,33 @@ impl MessageStream {
         }
     }
 
-    /// The HTTP status of the response.
+    /// The messages a link routes to one request (they come whole: nothing to decode).
+    pub(crate) fn routed(routed: Routed) -> Self {
+        Self {
+            status: http::StatusCode::OK,
+            body: Source::Link(routed),
+            mode: Mode::Json {
+                buf: BytesMut::new(),
+                limit: 0,
+            },
+            queue: Default::default(),
+            done: false,
+            last_activity: tokio::time::Instant::now(),
+        }
+    }
+
+    /// The HTTP status of the response (200 for a routed stream).
     pub(crate) fn status(&self) -> http::StatusCode {
         self.status
+    }
+
+    /// When the upstream last sent bytes: on this body, or on the link (any message or keep-alive
+    /// on the one stream a stdio or HTTP+SSE session has counts).
+    pub(crate) fn last_activity(&self) -> tokio::time::Instant {
+        match &self.body {
+            Source::Http(_) => self.last_activity,
+            Source::Link(r) => r.link.last_read().max(self.last_activity),
+        }
     }
 
     /// The next message, `None` at the end of the body.
@@ -140,7 +172,18 @@ impl MessageStream {
             if self.done {
                 return None;
             }
-            match self.body.frame().await {
+            let body = match &mut self.body {
+                Source::Http(body) => body,
+                Source::Link(routed) => {
+                    let next = routed.rx.recv().await;
+                    self.last_activity = tokio::time::Instant::now();
+                    if next.is_none() {
+                        self.done = true;
+                    }
+                    return next.map(Ok);
+                }
+            };
+            match body.frame().await {
                 Some(Ok(frame)) => {
                     self.last_activity = tokio::time::Instant::now();
                     let Ok(data) = frame.into_data() else {

@@ -30,8 +30,8 @@ impl Session {
         let _ = tokio::time::timeout(Duration::from_secs(5), ready_rx).await;
     }
 
-    // Handles one message from the GET stream.
-    async fn on_get_message(&self, bytes: Bytes) {
+    /// Handles one message from the GET stream (or, on a link, one no open request took).
+    pub(crate) async fn on_get_message(&self, bytes: Bytes) {
         let Ok(msg) = Message::parse(&bytes) else {
             tracing::debug!("ignoring a malformed message on the upstream GET stream");
             return;

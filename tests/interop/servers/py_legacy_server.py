@@ -4,7 +4,9 @@ Its tools ask for input mid-call the way deployed servers do: elicitation and sa
 the call's SSE stream, roots/list on the session's GET stream. Binds 127.0.0.1:0 and prints
 `READY <port>` once listening. With `--record`, it also prints one `REC {json}` line per HTTP
 request it answers (method, JSON-RPC kind and method or answered action, status, session id), so
-that tests can assert what reached the upstream and that the upstream acknowledged it.
+that tests can assert what reached the upstream and that the upstream acknowledged it. With
+`--sse` it serves the HTTP+SSE transport instead (GET `/sse`), and with `--stdio` it speaks on
+stdin/stdout.
 """
 
 import asyncio
@@ -254,5 +256,13 @@ def describe(body):
 
 
 if __name__ == "__main__":
-    record = "--record" in sys.argv[1:]
-    serve(lambda port: Recorder(mcp.streamable_http_app()) if record else mcp.streamable_http_app())
+    args = sys.argv[1:]
+    record = "--record" in args
+    if "--stdio" in args:
+        # One process is one session, on stdin/stdout; nothing to bind.
+        mcp.run(transport="stdio")
+    elif "--sse" in args:
+        # The deprecated HTTP+SSE transport: GET /sse, POST /messages/?session_id=...
+        serve(lambda port: mcp.sse_app())
+    else:
+        serve(lambda port: Recorder(mcp.streamable_http_app()) if record else mcp.streamable_http_app())
