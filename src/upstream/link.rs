@@ -212,6 +212,9 @@ impl Link {
     /// the GET stream is dropped).
     pub(crate) async fn close(&self) {
         self.on_closed();
+        // The transport first: a child still says what it has to on its way out (a cancelled
+        // tool's last words on stderr) while its readers run.
+        self.sink.stop().await;
         let tasks = self
             .tasks
             .lock()
@@ -220,7 +223,6 @@ impl Link {
         for t in tasks {
             t.abort();
         }
-        self.sink.stop().await;
     }
 }
 

@@ -131,7 +131,8 @@ pub(crate) fn spawn(
     }));
     let weak = Arc::downgrade(&link);
     link.track(tokio::spawn(read_stdout(weak, stdout, max_line, pid)));
-    link.track(tokio::spawn(log_stderr(stderr, pid)));
+    // Not tracked: it ends with the pipe, after the child's last line, however the child ends.
+    tokio::spawn(log_stderr(stderr, pid));
     Ok(link)
 }
 

@@ -96,11 +96,18 @@ def proxy_binary():
 
 
 class Proxy:
-    def __init__(self, upstream_url, *extra, config=None, log="warn", listen="127.0.0.1:0"):
+    """The proxy in front of `upstream`: a URL, or a stdio server's command line (a list)."""
+
+    def __init__(self, upstream, *extra, config=None, log="warn", listen="127.0.0.1:0"):
         config = str(config or HERE / "proxy.toml")
         self.listen = listen
-        cmd = [proxy_binary(), "--config", config, "--listen", listen, "--upstream", upstream_url]
-        self.proc = Proc([*cmd, *extra],
+        cmd = [proxy_binary(), "--config", config, "--listen", listen]
+        if isinstance(upstream, list):
+            tail = ["--", *upstream]
+        else:
+            cmd += ["--upstream", upstream]
+            tail = []
+        self.proc = Proc([*cmd, *extra, *tail],
                          env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", log)})
         m = self.proc.wait_for(r"listening on (http://\S+)")
         self.url = m.group(1)
@@ -135,6 +142,27 @@ def start_py_upstream(*flags):
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
+def start_py_sse_upstream():
+    proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_legacy_server.py"), "--sse"])
+    port = proc.wait_for(r"READY (\d+)").group(1)
+    return proc, f"http://127.0.0.1:{port}/sse"
+
+
+def start_ts_sse_upstream():
+    proc = Proc([NODE, str(HERE / "servers" / "ts_legacy_server.mjs"), "--sse"], cwd=str(HERE))
+    port = proc.wait_for(r"READY (\d+)").group(1)
+    return proc, f"http://127.0.0.1:{port}/sse"
+
+
+def py_stdio_command():
+    """The Python test server as a stdio child of the proxy (no process of its own to start)."""
+    return None, [str(PY_LEGACY), str(HERE / "servers" / "py_legacy_server.py"), "--stdio"]
+
+
+def ts_stdio_command():
+    return None, [NODE, str(HERE / "servers" / "ts_legacy_server.mjs"), "--stdio"]
+
+
 def start_py_auth_upstream():
     proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_auth_server.py")])
     port = proc.wait_for(r"READY (\d+)").group(1)
@@ -165,7 +193,14 @@ UPSTREAMS = {
     "ts": start_ts_upstream,
     "ts-json": start_ts_json_upstream,
     "everything": start_everything_upstream,
+    "py-sse": start_py_sse_upstream,
+    "ts-sse": start_ts_sse_upstream,
+    "py-stdio": py_stdio_command,
+    "ts-stdio": ts_stdio_command,
 }
+
+# The same Python and TypeScript servers on each legacy transport.
+TRANSPORTS = ["py", "ts", "py-sse", "ts-sse", "py-stdio", "ts-stdio"]
 
 
 @pytest.fixture(scope="module")
@@ -174,9 +209,11 @@ def stack(request):
     kind = request.param
     up, url = UPSTREAMS[kind]()
     proxy = Proxy(url)
-    yield {"kind": kind, "upstream_url": url, "proxy": proxy}
+    # `impl`: which SDK's server it is, whatever the transport.
+    yield {"kind": kind, "impl": kind.split("-")[0], "upstream_url": url, "proxy": proxy}
     proxy.kill()
-    up.kill()
+    if up is not None:
+        up.kill()
 
 
 def run_ts_client(url, ops, capabilities=None, timeout=60):

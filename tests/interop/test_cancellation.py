@@ -14,7 +14,7 @@ from test_modern_clients import PyClient, text_of
 
 _tags = (f"call-{n}" for n in itertools.count())
 
-pytestmark = pytest.mark.parametrize("stack", ["py"], indirect=True)
+pytestmark = pytest.mark.parametrize("stack", ["py", "py-sse"], indirect=True)
 
 
 def test_py_client_abandoning_a_call_cancels_it_upstream(stack):
@@ -44,3 +44,4 @@ def test_ts_client_aborting_a_call_cancels_it_upstream(stack):
     assert "error" not in out, out
     assert out["results"][0]["aborted"] is True
     assert out["results"][1]["content"][0]["text"] == "cancelled"
+

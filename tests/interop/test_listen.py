@@ -10,13 +10,13 @@ import itertools
 import pytest
 from mcp.client.subscriptions import ToolsListChanged
 
-from conftest import run_ts_client
+from conftest import TRANSPORTS, run_ts_client
 from test_modern_clients import PyClient, text_of
 
 # Tool names are global on the Python server: each test adds a fresh one.
 _names = (f"added_{n}" for n in itertools.count())
 
-pytestmark = pytest.mark.parametrize("stack", ["py", "ts"], indirect=True)
+pytestmark = pytest.mark.parametrize("stack", TRANSPORTS, indirect=True)
 
 
 def test_py_client_listen_gets_the_list_change_of_a_call(stack):

@@ -9,7 +9,7 @@ from mcp import Client
 
 from test_modern_clients import text_of
 
-pytestmark = pytest.mark.parametrize("stack", ["py"], indirect=True)
+pytestmark = pytest.mark.parametrize("stack", ["py", "py-sse", "py-stdio"], indirect=True)
 
 
 def run_chatty(url, **kwargs):

@@ -1,5 +1,6 @@
 """Modern clients (official SDKs, pinned to 2026-07-28, no legacy fallback) in front of the proxy,
-legacy servers (official SDKs) behind it. The clients complete MRTR rounds through their own
+legacy servers (official SDKs) behind it, on each legacy transport: Streamable HTTP, HTTP+SSE
+(detected from the /sse URL alone) and stdio (the proxy runs the server as its child). The clients complete MRTR rounds through their own
 auto-retry loops; every assertion checks that the values the client callbacks returned reached the
 upstream tool and came back in the final result.
 """
@@ -16,7 +17,7 @@ from mcp.types import (
     TextContent,
 )
 
-from conftest import run_ts_client
+from conftest import TRANSPORTS, run_ts_client
 
 ALL_CAPS = {"elicitation": {"form": {}}, "sampling": {}, "roots": {}}
 
@@ -64,7 +65,7 @@ def ts_text(result):
     return result["content"][0]["text"]
 
 
-pytestmark = pytest.mark.parametrize("stack", ["py", "ts"], indirect=True)
+pytestmark = pytest.mark.parametrize("stack", TRANSPORTS, indirect=True)
 
 
 # --- discovery and plain traffic -------------------------------------------------------------
@@ -75,7 +76,7 @@ def test_py_discover_lists_2026_and_upstream_capabilities(stack):
     assert "2026-07-28" in raw["supportedVersions"]
     assert raw["resultType"] == "complete"
     assert "tools" in raw["capabilities"]
-    assert raw["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == f"{stack['kind']}-legacy-server"
+    assert raw["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == f"{stack['impl']}-legacy-server"
     assert raw["cacheScope"] == "private" and raw["ttlMs"] == 0
 
 
@@ -88,7 +89,7 @@ def test_ts_discover_pinned(stack):
     out = run_ts_client(stack["proxy"].url, [{"op": "discover"}])
     assert "error" not in out, out
     assert out["results"][0]["version"] == "2026-07-28"
-    assert out["results"][0]["server"]["name"] == f"{stack['kind']}-legacy-server"
+    assert out["results"][0]["server"]["name"] == f"{stack['impl']}-legacy-server"
 
 
 def test_tools_list_both_clients(stack):

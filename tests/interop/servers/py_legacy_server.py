@@ -106,6 +106,9 @@ async def wait_forever(tag: str) -> str:
         await asyncio.Event().wait()
     except asyncio.CancelledError:
         _cancel_event(tag).set()
+        # On stderr, which a proxy running this server over stdio logs (the next call would
+        # reach another child, which cannot know).
+        print(f"CANCELLED {tag}", file=sys.stderr, flush=True)
         raise
     return "woke up"
 

@@ -3,12 +3,16 @@
 // on the call's POST stream; `ask_name_standalone` makes one without it, which the SDK sends on the
 // session's GET stream. With `--json` the transport answers in JSON-response mode (enableJsonResponse:
 // no SSE on POSTs, so only standalone requests can reach the client). Binds 127.0.0.1:0 and prints
-// `READY <port>` once listening.
+// `READY <port>` once listening. With `--sse` it serves the deprecated HTTP+SSE transport instead
+// (GET /sse, POST /messages?sessionId=…, SSEServerTransport), and with `--stdio` it speaks on
+// stdin/stdout (StdioServerTransport) and binds nothing.
 import { randomUUID } from 'node:crypto';
 import express from 'express';
 import { z } from 'zod';
 import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
+import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 
 const nameSchema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
@@ -85,6 +89,13 @@ function build() {
   return server;
 }
 
+if (process.argv.includes('--stdio')) {
+  await build().connect(new StdioServerTransport());
+} else {
+  serveHttp(process.argv.includes('--sse'));
+}
+
+function serveHttp(sseMode) {
 const jsonMode = process.argv.includes('--json');
 const app = express();
 app.use(express.json());
@@ -119,4 +130,23 @@ const session = async (req, res) => {
 app.get('/mcp', session);
 app.delete('/mcp', session);
 
+const sse = new Map();
+if (sseMode) {
+  app.get('/sse', async (req, res) => {
+    const transport = new SSEServerTransport('/messages', res);
+    sse.set(transport.sessionId, transport);
+    res.on('close', () => sse.delete(transport.sessionId));
+    await build().connect(transport);
+  });
+  app.post('/messages', async (req, res) => {
+    const transport = sse.get(req.query.sessionId);
+    if (!transport) {
+      res.status(404).send('unknown session');
+      return;
+    }
+    await transport.handlePostMessage(req, res, req.body);
+  });
+}
+
 const listener = app.listen(0, '127.0.0.1', () => console.log(`READY ${listener.address().port}`));
+}
