@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 /// MCP sidecar: a 2026-07-28 (MRTR) front for a legacy server (Streamable HTTP, HTTP+SSE or stdio).
 #[derive(Debug, Parser)]
@@ -54,5 +54,23 @@ pub enum Command {
         /// Exit after the walkthrough (status 0 if every step passed).
         #[arg(long)]
         once: bool,
+        /// How the proxy reaches the built-in server: `http` (Streamable HTTP), `sse`
+        /// (HTTP+SSE, found from its /sse URL) or `stdio` (run as the proxy's child).
+        #[arg(long, value_enum, default_value_t = DemoTransport::Http)]
+        upstream_transport: DemoTransport,
     },
+    /// The built-in demo server on stdin/stdout (what `demo --upstream-transport stdio` runs).
+    #[command(hide = true)]
+    DemoUpstream,
+}
+
+/// The legacy transport of the demo's built-in server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DemoTransport {
+    /// Streamable HTTP.
+    Http,
+    /// HTTP+SSE.
+    Sse,
+    /// A stdio child process.
+    Stdio,
 }

@@ -9,14 +9,27 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::app::App;
-use crate::config::Config;
+use crate::cli::DemoTransport;
+use crate::config::{Config, StdioCommand, UpstreamTransport};
 use crate::server;
 
 pub mod client;
+pub mod transports;
 pub mod upstream;
 
 use client::{Exchange, ModernClient};
 use upstream::DemoUpstream;
+
+/// How the demo runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Where the proxy listens (default: loopback, a free port).
+    pub listen: Option<SocketAddr>,
+    /// Exit after the walkthrough.
+    pub once: bool,
+    /// The built-in server's legacy transport.
+    pub transport: DemoTransport,
+}
 
 /// Runs the demo. With `once`, exits after the walkthrough; else serves until `shutdown`.
 ///
@@ -24,14 +37,11 @@ use upstream::DemoUpstream;
 /// A message saying which step of the walkthrough failed.
 pub async fn run(
     mut config: Config,
-    listen: Option<SocketAddr>,
-    once: bool,
+    options: Options,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
-    let up = DemoUpstream::start()
-        .await
-        .map_err(|e| format!("demo upstream: {e}"))?;
-    config.upstream = crate::config::parse_upstream(&up.url()).map_err(|e| e.to_string())?;
+    let (up, described) = start_upstream(&mut config, options.transport).await?;
+    let Options { listen, once, .. } = options;
     let addr = listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let listener = TcpListener::bind(addr)
         .await
@@ -44,8 +54,7 @@ pub async fn run(
     }));
     let url = format!("http://{addr}/mcp");
     say(&format!(
-        "legacy demo server (2025-11-25) at {}\nmrtr-proxy (2026-07-28 front) at {url}\n",
-        up.url()
+        "legacy demo server (2025-11-25) {described}\nmrtr-proxy (2026-07-28 front) at {url}\n"
     ));
     let outcome = walkthrough(&url).await;
     match &outcome {
@@ -60,7 +69,37 @@ pub async fn run(
     }
     let _ = stop_tx.send(());
     let _ = server.await;
+    drop(up);
     outcome
+}
+
+// The built-in server on `transport`, and the config pointed at it: a URL, or (stdio) this
+// binary's hidden `demo-upstream` command as the proxy's child. Returns what keeps it running
+// and how to describe it.
+async fn start_upstream(
+    config: &mut Config,
+    transport: DemoTransport,
+) -> Result<(Option<DemoUpstream>, String), String> {
+    let up = match transport {
+        DemoTransport::Http => DemoUpstream::start().await,
+        DemoTransport::Sse => transports::start_sse().await,
+        DemoTransport::Stdio => {
+            let exe = std::env::current_exe().map_err(|e| format!("demo upstream: {e}"))?;
+            let argv = vec![exe.display().to_string(), "demo-upstream".to_owned()];
+            let cmd = StdioCommand::new(argv).map_err(|e| e.to_string())?;
+            let described = format!("over stdio: `{} demo-upstream`", cmd.program);
+            config.upstream_transport = UpstreamTransport::Stdio(cmd);
+            return Ok((None, described));
+        }
+    }
+    .map_err(|e| format!("demo upstream: {e}"))?;
+    config.upstream = crate::config::parse_upstream(&up.url()).map_err(|e| e.to_string())?;
+    config.upstream_transport = UpstreamTransport::Auto;
+    let described = match transport {
+        DemoTransport::Sse => format!("over HTTP+SSE at {}", up.url()),
+        _ => format!("over Streamable HTTP at {}", up.url()),
+    };
+    Ok((Some(up), described))
 }
 
 fn say(s: &str) {

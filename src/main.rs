@@ -21,6 +21,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(Command::DemoUpstream) = &cli.command {
+        // stdout is the protocol here: no logging set up.
+        return match mrtr_proxy::demo::transports::serve_stdio().await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
     if let Some(Command::CheckConfig { file }) = &cli.command {
         // The key files are read too: a key that cannot be used fails here, not at start-up.
         let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state_keys) {
@@ -52,9 +59,17 @@ async fn main() -> ExitCode {
                 }
             }
         }
-        Some(Command::Demo { once }) => {
+        Some(Command::Demo {
+            once,
+            upstream_transport,
+        }) => {
             telemetry::init_with(config.log_format, &config.log_level);
-            match demo::run(config, cli.listen, once, shutdown::signal()).await {
+            let options = demo::Options {
+                listen: cli.listen,
+                once,
+                transport: upstream_transport,
+            };
+            match demo::run(config, options, shutdown::signal()).await {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(_) => ExitCode::FAILURE,
             }

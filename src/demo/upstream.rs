@@ -29,6 +29,7 @@ use crate::sse;
 #[derive(Debug)]
 pub struct DemoUpstream {
     addr: SocketAddr,
+    path: &'static str,
     state: Arc<State>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -36,7 +37,7 @@ pub struct DemoUpstream {
 /// What the demo server saw (for tests).
 #[derive(Debug, Default)]
 pub struct Observed {
-    /// Every JSON-RPC message POSTed to it, in order.
+    /// Every JSON-RPC message POSTed (or written) to it, in order.
     pub posted: Vec<Value>,
     /// Session ids DELETEd.
     pub deleted: Vec<String>,
@@ -45,18 +46,35 @@ pub struct Observed {
 }
 
 #[derive(Debug, Default)]
-struct State {
-    sessions: Mutex<HashMap<String, Arc<Sess>>>,
+pub(super) struct State {
+    pub(super) sessions: Mutex<HashMap<String, Arc<Sess>>>,
     counter: AtomicU64,
-    observed: Mutex<Observed>,
+    pub(super) observed: Mutex<Observed>,
 }
 
 #[derive(Debug)]
-struct Sess {
-    caps: Value,
+pub(super) struct Sess {
     next_id: AtomicI64,
     waiting: Mutex<HashMap<i64, oneshot::Sender<Value>>>,
-    get_tx: Mutex<Option<mpsc::Sender<Bytes>>>,
+    /// The GET stream (Streamable HTTP), or the session's one stream (HTTP+SSE, stdio).
+    pub(super) get_tx: Mutex<Option<Out>>,
+}
+
+/// Where a message to the client goes: an SSE stream (events) or stdout (lines).
+#[derive(Debug, Clone)]
+pub(super) enum Out {
+    Sse(mpsc::Sender<Bytes>),
+    Lines(mpsc::Sender<Bytes>),
+}
+
+impl Out {
+    pub(super) async fn send(&self, msg: &Value) {
+        let json = msg.to_string();
+        let _ = match self {
+            Self::Sse(tx) => tx.send(sse::encode_message(json.as_bytes())).await,
+            Self::Lines(tx) => tx.send(Bytes::from(json + "\n")).await,
+        };
+    }
 }
 
 impl DemoUpstream {
@@ -70,12 +88,31 @@ impl DemoUpstream {
         let state = Arc::new(State::default());
         let st = Arc::clone(&state);
         let task = serve(listener, st, handle);
-        Ok(Self { addr, state, task })
+        Ok(Self {
+            addr,
+            path: "/mcp",
+            state,
+            task,
+        })
     }
 
-    /// The MCP endpoint URL.
+    /// The MCP endpoint URL (the SSE URL of the HTTP+SSE flavour).
     pub fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
+        format!("http://{}{}", self.addr, self.path)
+    }
+
+    pub(super) fn assemble(
+        addr: SocketAddr,
+        path: &'static str,
+        state: Arc<State>,
+        task: tokio::task::JoinHandle<()>,
+    ) -> Self {
+        Self {
+            addr,
+            path,
+            state,
+            task,
+        }
     }
 
     /// Runs `f` over what the server observed so far.
@@ -143,7 +180,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             Some(s) => {
                 let (tx, body) = ChannelBody::channel(16);
                 if let Ok(mut g) = s.get_tx.lock() {
-                    *g = Some(tx);
+                    *g = Some(Out::Sse(tx));
                 }
                 sse_response(body)
             }
@@ -187,34 +224,11 @@ async fn post(
         .to_owned();
     let id = msg.get("id").cloned();
     if method == "initialize" {
-        let n = st.counter.fetch_add(1, Ordering::Relaxed);
-        let new_id = format!("demo-session-{n}");
-        let caps = msg["params"]["capabilities"].clone();
-        if let Ok(mut o) = st.observed.lock() {
-            o.initialized.push(msg["params"].clone());
-        }
-        let s = Arc::new(Sess {
-            caps,
-            next_id: AtomicI64::new(0),
-            waiting: Mutex::new(HashMap::new()),
-            get_tx: Mutex::new(None),
-        });
-        if let Ok(mut m) = st.sessions.lock() {
-            m.insert(new_id.clone(), s);
-        }
-        let result = json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"tools": {"listChanged": true}, "prompts": {}, "resources": {}, "logging": {}},
-            "serverInfo": {"name": "mrtr-demo-upstream", "version": env!("CARGO_PKG_VERSION")},
-            "instructions": "A demo legacy server that asks for input mid-call.",
-        });
+        observe_initialize(&st, &msg);
+        let (new_id, _) = new_session(&st);
         let (tx, body) = ChannelBody::channel(4);
-        let _ = tx
-            .send(sse::encode_message(
-                json!({"jsonrpc":"2.0","id":id,"result":result})
-                    .to_string()
-                    .as_bytes(),
-            ))
+        Out::Sse(tx)
+            .send(&json!({"jsonrpc":"2.0","id":id,"result":init_result()}))
             .await;
         let mut r = sse_response(body);
         if let Ok(v) = HeaderValue::from_str(&new_id) {
@@ -238,7 +252,51 @@ async fn post(
         );
         return r;
     };
-    // A response to one of our server requests.
+    let (tx, body) = ChannelBody::channel(16);
+    dispatch(sess, msg, Out::Sse(tx));
+    if method.is_empty() || id.is_none() {
+        return status(StatusCode::ACCEPTED);
+    }
+    sse_response(body)
+}
+
+/// Records an `initialize` message's params.
+pub(super) fn observe_initialize(st: &State, msg: &Value) {
+    if let Ok(mut o) = st.observed.lock() {
+        o.initialized.push(msg["params"].clone());
+    }
+}
+
+/// A new session and its id.
+pub(super) fn new_session(st: &State) -> (String, Arc<Sess>) {
+    let n = st.counter.fetch_add(1, Ordering::Relaxed);
+    let new_id = format!("demo-session-{n}");
+    let s = Arc::new(Sess {
+        next_id: AtomicI64::new(0),
+        waiting: Mutex::new(HashMap::new()),
+        get_tx: Mutex::new(None),
+    });
+    if let Ok(mut m) = st.sessions.lock() {
+        m.insert(new_id.clone(), Arc::clone(&s));
+    }
+    (new_id, s)
+}
+
+/// The `InitializeResult` of the demo server.
+pub(super) fn init_result() -> Value {
+    json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {"listChanged": true}, "prompts": {}, "resources": {}, "logging": {}},
+        "serverInfo": {"name": "mrtr-demo-upstream", "version": env!("CARGO_PKG_VERSION")},
+        "instructions": "A demo legacy server that asks for input mid-call.",
+    })
+}
+
+/// One message of an open session: an answer to one of our server requests wakes its waiter; a
+/// request runs in a task of its own and is answered on `out`; a notification is dropped.
+pub(super) fn dispatch(sess: Arc<Sess>, msg: Value, out: Out) {
+    let method = msg.get("method").and_then(Value::as_str).unwrap_or("");
+    let id = msg.get("id").cloned();
     if method.is_empty() {
         if let Some(n) = id.as_ref().and_then(Value::as_i64) {
             let waiter = sess.waiting.lock().ok().and_then(|mut w| w.remove(&n));
@@ -250,18 +308,16 @@ async fn post(
                 );
             }
         }
-        return status(StatusCode::ACCEPTED);
+        return;
     }
-    let Some(id) = id else {
-        return status(StatusCode::ACCEPTED);
-    };
+    let Some(id) = id else { return };
+    let method = method.to_owned();
     let params = msg.get("params").cloned().unwrap_or(Value::Null);
-    let (tx, body) = ChannelBody::channel(16);
     tokio::spawn(async move {
         let call = CallCtx {
             sess,
-            tx: tx.clone(),
-            params: params.clone(),
+            tx: out.clone(),
+            params,
         };
         let outcome = match method.as_str() {
             "tools/list" => Ok(json!({"tools": tools()})),
@@ -279,16 +335,13 @@ async fn post(
             Ok(result) => json!({"jsonrpc":"2.0","id":id,"result":result}),
             Err(error) => json!({"jsonrpc":"2.0","id":id,"error":error}),
         };
-        let _ = tx
-            .send(sse::encode_message(msg.to_string().as_bytes()))
-            .await;
+        out.send(&msg).await;
     });
-    sse_response(body)
 }
 
 struct CallCtx {
     sess: Arc<Sess>,
-    tx: mpsc::Sender<Bytes>,
+    tx: Out,
     params: Value,
 }
 
@@ -299,10 +352,7 @@ impl CallCtx {
 
     async fn notify(&self, method: &str, params: Value) {
         let m = json!({"jsonrpc":"2.0","method":method,"params":params});
-        let _ = self
-            .tx
-            .send(sse::encode_message(m.to_string().as_bytes()))
-            .await;
+        self.tx.send(&m).await;
     }
 
     // Sends a server request on the call stream (or the GET stream) and waits for the answer.
@@ -313,7 +363,6 @@ impl CallCtx {
             w.insert(id, tx);
         }
         let m = json!({"jsonrpc":"2.0","id":id,"method":method,"params":params});
-        let bytes = sse::encode_message(m.to_string().as_bytes());
         let sender = if on_get_stream {
             self.sess.get_tx.lock().ok().and_then(|g| g.clone())
         } else {
@@ -322,7 +371,7 @@ impl CallCtx {
         let Some(sender) = sender else {
             return Err(json!({"code": -32603, "message": "no GET stream open"}));
         };
-        let _ = sender.send(bytes).await;
+        sender.send(&m).await;
         match tokio::time::timeout(Duration::from_secs(300), rx).await {
             Ok(Ok(v)) if v.get("error").is_none() => Ok(v),
             Ok(Ok(v)) => Err(v["error"].clone()),
@@ -384,7 +433,6 @@ fn text(t: String) -> Value {
 
 async fn run_tool(c: &CallCtx) -> Result<Value, Value> {
     let name = c.params.get("name").and_then(Value::as_str).unwrap_or("");
-    let _ = &c.sess.caps;
     match name {
         "echo" => Ok(text(
             c.arg("text")
@@ -455,7 +503,7 @@ async fn read(c: &CallCtx) -> Result<Value, Value> {
     }
 }
 
-fn sse_response(body: Body) -> Response<Body> {
+pub(super) fn sse_response(body: Body) -> Response<Body> {
     let mut r = Response::new(body);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -464,7 +512,7 @@ fn sse_response(body: Body) -> Response<Body> {
     r
 }
 
-fn status(code: StatusCode) -> Response<Body> {
+pub(super) fn status(code: StatusCode) -> Response<Body> {
     let mut r = Response::new(empty());
     *r.status_mut() = code;
     r
