@@ -84,6 +84,7 @@ fn upstream_kind(e: &UpstreamError) -> UpstreamFailure {
         UpstreamError::Unauthorized { .. } => UpstreamFailure::Unauthorized,
         UpstreamError::Protocol(_) => UpstreamFailure::Protocol,
         UpstreamError::Busy(_) => UpstreamFailure::PoolBusy,
+        UpstreamError::Starting { .. } => UpstreamFailure::Starting,
         UpstreamError::SessionGone => UpstreamFailure::SessionGone,
         UpstreamError::Closed => UpstreamFailure::Closed,
         UpstreamError::Sse(_) => UpstreamFailure::Sse,
@@ -298,6 +299,9 @@ impl ProxyError {
             | Self::TooManyRequests
             | Self::Upstream(UpstreamError::Busy(_)) => {
                 h.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
+            Self::Upstream(UpstreamError::Starting { retry_after_s, .. }) => {
+                h.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
             }
             Self::Upstream(UpstreamError::Unauthorized {
                 challenge: Some(c), ..

@@ -117,6 +117,7 @@ label_values! {
         Closed => "closed",
         Sse => "sse",
         PoolBusy => "pool_busy",
+        Starting => "starting",
     }
 }
 

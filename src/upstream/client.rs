@@ -45,6 +45,17 @@ pub(crate) enum UpstreamError {
     /// `pool.acquire_timeout` (a proxy limit: 503 + Retry-After).
     #[error("{0}")]
     Busy(&'static str),
+    /// A stdio server failed to start and waits out its backoff before the next try (503 +
+    /// `Retry-After`).
+    #[error(
+        "the upstream server did not start ({last}); it is started again in {retry_after_s} s"
+    )]
+    Starting {
+        /// Why the last start failed.
+        last: String,
+        /// Seconds until the next start.
+        retry_after_s: u64,
+    },
     /// The upstream no longer knows our session (404).
     #[error("upstream session expired")]
     SessionGone,
@@ -61,7 +72,7 @@ impl UpstreamError {
     pub(crate) fn status(&self) -> StatusCode {
         match self {
             Self::Timeout => StatusCode::GATEWAY_TIMEOUT,
-            Self::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Busy(_) | Self::Starting { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized { status, .. } | Self::Refused(status) => *status,
             _ => StatusCode::BAD_GATEWAY,
         }

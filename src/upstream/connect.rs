@@ -37,6 +37,8 @@ pub(crate) struct Connector {
 struct Backoff {
     failures: u32,
     until: Option<Instant>,
+    /// Why the last start failed.
+    last: String,
 }
 
 impl Connector {
@@ -83,8 +85,8 @@ impl Connector {
     /// Opens a session and runs its handshake.
     ///
     /// # Errors
-    /// The transport's and the handshake's errors; [`UpstreamError::Busy`] while a stdio server
-    /// that keeps failing to start waits out its backoff past `deadline`.
+    /// The transport's and the handshake's errors; [`UpstreamError::Starting`] while a stdio
+    /// server that failed to start waits out a backoff that ends after `deadline`.
     pub(crate) async fn open(
         &self,
         client: &UpstreamClient,
@@ -134,12 +136,17 @@ impl Connector {
             && status.is_client_error()
     }
 
+    // Waits out a stdio server's backoff when it ends before `deadline`; else says when to retry.
     async fn wait_backoff(&self, deadline: Instant) -> Result<(), UpstreamError> {
-        let until = self.backoff.lock().ok().and_then(|b| b.until);
+        let (until, last) = match self.backoff.lock() {
+            Ok(b) => (b.until, b.last.clone()),
+            Err(_) => (None, String::new()),
+        };
         match until {
-            Some(t) if t > deadline => Err(UpstreamError::Busy(
-                "the upstream server failed to start; it is started again with backoff",
-            )),
+            Some(t) if t > deadline => Err(UpstreamError::Starting {
+                last,
+                retry_after_s: (t - Instant::now()).as_secs_f64().ceil().max(1.0) as u64,
+            }),
             Some(t) => {
                 tokio::time::sleep_until(t).await;
                 Ok(())
@@ -161,6 +168,7 @@ impl Connector {
                     .saturating_mul(1 << b.failures.saturating_sub(1).min(8))
                     .min(MAX_BACKOFF);
                 b.until = Some(Instant::now() + wait);
+                b.last = e.to_string();
                 tracing::warn!(error = %e, failures = b.failures, retry_in_ms = wait.as_millis() as u64,
                     "the upstream server did not start");
             }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use tokio::net::TcpListener;
 
 use crate::support::mock::{Mock, Step};
-use crate::support::{all_caps, error_of, first_round, retry, TestProxy};
+use crate::support::{all_caps, error_of, first_key, first_round, retry, TestProxy};
 
 const KEY: &str = "a-shared-cluster-key-0123456789abcdef";
 
@@ -356,13 +356,7 @@ async fn a_request_that_changed_on_the_rerun_is_asked_anew() {
         "Ada was not given to another question"
     );
     // Answered, the call goes on; the round-2 answer still comes from the first token.
-    let key = r["inputRequests"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .next()
-        .unwrap()
-        .clone();
+    let key = first_key(r);
     let s3 = r["requestState"].as_str().unwrap();
     let ex = retry(&c, "look", json!({}), named(&key, "Ada"), s3).await;
     assert_eq!(

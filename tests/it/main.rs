@@ -23,4 +23,6 @@ mod park;
 mod passthrough;
 mod security;
 mod smoke;
+mod sse_upstream;
+mod stdio;
 mod support;

@@ -129,6 +129,15 @@ pub async fn first_round(client: &ModernClient, name: &str, args: Value) -> (Val
     (r, state)
 }
 
+/// The (first) key of a round's `inputRequests`.
+pub fn first_key(round: &Value) -> String {
+    round["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next())
+        .expect("a round has inputRequests")
+        .clone()
+}
+
 /// A retry of `name(args)` with `answers` and `state`.
 pub async fn retry(
     client: &ModernClient,

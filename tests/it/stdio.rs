@@ -1,0 +1,230 @@
+//! A stdio upstream, with a scripted child (`tests/fixtures/stdio/scripted_server.py`, standard
+//! library Python): rounds, reuse, a child that crashes mid-call, garbage on stdout, pool
+//! exhaustion, a command that cannot start, cancellation, and the child's clean environment.
+//! The child reports every line it reads on a Unix socket, so nothing here sleeps to wait for it.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::UnixListener;
+use tokio::sync::mpsc;
+
+use crate::support::{all_caps, error_of, first_key, first_round, retry, TestProxy};
+
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/stdio/scripted_server.py"
+);
+
+/// What the scripted children read, line by line (from every child, in arrival order).
+struct Recorder {
+    path: PathBuf,
+    lines: mpsc::UnboundedReceiver<String>,
+}
+
+impl Recorder {
+    fn new() -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "mrtr-stdio-{}-{}.sock",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).unwrap();
+        let (tx, lines) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((conn, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut rd = BufReader::new(conn).lines();
+                    while let Ok(Some(l)) = rd.next_line().await {
+                        let _ = tx.send(l);
+                    }
+                });
+            }
+        });
+        Self { path, lines }
+    }
+
+    /// Waits (at most 10 s) for a line matching `pred`; returns it and every line before it.
+    async fn until(&mut self, what: &str, pred: impl Fn(&str) -> bool) -> Vec<String> {
+        let mut seen = Vec::new();
+        let found = tokio::time::timeout(Duration::from_secs(10), async {
+            while let Some(l) = self.lines.recv().await {
+                let hit = pred(&l);
+                seen.push(l);
+                if hit {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert!(matches!(found, Ok(true)), "no {what}; saw {seen:?}");
+        seen
+    }
+}
+
+fn method_of(line: &str) -> Option<String> {
+    serde_json::from_str::<Value>(line).ok()?["method"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+async fn proxy(rec: &Recorder, extra: &str) -> TestProxy {
+    let toml = format!(
+        "command = [\"python3\", \"{SCRIPT}\"]\nenv = {{ RECORD_SOCK = \"{}\", GREETING = \"hi\" }}\n{extra}",
+        rec.path.display()
+    );
+    TestProxy::start("http://127.0.0.1:9/unused", &toml).await
+}
+
+#[tokio::test]
+async fn a_round_runs_on_a_child_which_is_then_reused() {
+    let mut rec = Recorder::new();
+    let p = proxy(&rec, "").await;
+    let c = p.client(all_caps());
+    for _ in 0..2 {
+        let (r, state) = first_round(&c, "ask", json!({})).await;
+        let key = first_key(&r);
+        let answers = json!({ key: {"action": "accept", "content": {"name": "Ada"}} });
+        let done = retry(&c, "ask", json!({}), answers, &state).await;
+        assert_eq!(done.result()["content"][0]["text"], "Hello, Ada!");
+    }
+    let echo = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await
+        .unwrap();
+    // upstream.env reached the child; the proxy's own environment did not.
+    assert_eq!(echo.result()["content"][0]["text"], "x hi leaked=False");
+    let seen = rec.until("the echo call", |l| l.contains("\"echo\"")).await;
+    let inits = seen
+        .iter()
+        .filter(|l| method_of(l).as_deref() == Some("initialize"))
+        .count();
+    // The readiness probe's child (no capabilities) and one child for every call after it.
+    assert!(inits <= 2, "{seen:?}");
+}
+
+#[tokio::test]
+async fn a_child_that_crashes_mid_call_fails_that_call_clearly_and_is_replaced() {
+    let rec = Recorder::new();
+    let p = proxy(&rec, "").await;
+    let c = p.client(all_caps());
+    let crashed = c
+        .request("tools/call", json!({"name": "crash", "arguments": {}}))
+        .await
+        .unwrap();
+    let err = error_of(&crashed);
+    assert_eq!(err["code"], -32603, "{err}");
+    assert!(
+        err["message"].as_str().unwrap().contains("upstream"),
+        "{err}"
+    );
+    let echo = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "again"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(echo.result()["content"][0]["text"], "again hi leaked=False");
+}
+
+#[tokio::test]
+async fn lines_on_stdout_that_are_not_json_rpc_are_skipped() {
+    let rec = Recorder::new();
+    let p = proxy(&rec, "").await;
+    let ex = p
+        .client(all_caps())
+        .request("tools/call", json!({"name": "garbage", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.result()["content"][0]["text"], "after garbage");
+}
+
+#[tokio::test]
+async fn with_every_child_busy_a_call_gets_503_and_retry_after() {
+    let rec = Recorder::new();
+    let p = proxy(
+        &rec,
+        "max_processes = 1\n[pool]\nacquire_timeout = \"200ms\"\n",
+    )
+    .await;
+    let c = p.client(all_caps());
+    // Parked, the first call keeps the only child.
+    let (_r, _state) = first_round(&c, "ask", json!({})).await;
+    let busy = c
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "x"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(busy.status, http::StatusCode::SERVICE_UNAVAILABLE);
+    assert!(busy.headers.contains_key(http::header::RETRY_AFTER));
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_start_is_named_and_then_backed_off() {
+    let toml = "command = [\"/nonexistent/mcp-server\", \"--stdio\"]\n[pool]\nacquire_timeout = \"100ms\"\n";
+    let p = TestProxy::start("http://127.0.0.1:9/unused", toml).await;
+    let c = p.client(all_caps());
+    // Whether the readiness probe or the first call tried first, every answer names the command;
+    // once one start failed, the next calls get 503 + Retry-After instead of a spawn each.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        let ex = c
+            .request("tools/call", json!({"name": "echo", "arguments": {}}))
+            .await
+            .unwrap();
+        let msg = error_of(&ex)["message"].as_str().unwrap().to_owned();
+        assert!(msg.contains("/nonexistent/mcp-server"), "{msg}");
+        if ex.status == http::StatusCode::SERVICE_UNAVAILABLE {
+            assert!(ex.headers.contains_key(http::header::RETRY_AFTER));
+        }
+        statuses.push(ex.status);
+    }
+    assert_eq!(
+        statuses[1],
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses[2],
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        p.get_status("/readyz").await,
+        http::StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[tokio::test]
+async fn a_call_the_client_abandons_is_cancelled_on_the_child_which_is_then_stopped() {
+    let mut rec = Recorder::new();
+    let p = proxy(&rec, "").await;
+    let c = p.client(all_caps());
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        c.request("tools/call", json!({"name": "hang", "arguments": {}})),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the hanging call answered");
+    let seen = rec
+        .until("notifications/cancelled", |l| {
+            method_of(l).as_deref() == Some("notifications/cancelled")
+        })
+        .await;
+    assert!(seen.iter().any(|l| l.contains("\"hang\"")), "{seen:?}");
+    // Then its stdin is closed: the child reads EOF.
+    rec.until("the child's EOF", |l| l == "EOF").await;
+}
