@@ -228,3 +228,24 @@ async fn a_call_the_client_abandons_is_cancelled_on_the_child_which_is_then_stop
     // Then its stdin is closed: the child reads EOF.
     rec.until("the child's EOF", |l| l == "EOF").await;
 }
+
+#[tokio::test]
+async fn a_parked_call_that_expires_is_answered_and_cancelled_on_its_child() {
+    let mut rec = Recorder::new();
+    let p = proxy(&rec, "[state]\nttl = \"300ms\"\n").await;
+    let c = p.client(all_caps());
+    let (_r, _state) = first_round(&c, "ask", json!({})).await;
+    // At the TTL the pending elicitation gets the cancel answer, then the call is cancelled.
+    let seen = rec
+        .until("notifications/cancelled", |l| {
+            method_of(l).as_deref() == Some("notifications/cancelled")
+        })
+        .await;
+    let answered = seen
+        .iter()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|m| m["id"] == 0 && m.get("method").is_none())
+        .expect("the elicitation was answered");
+    assert_eq!(answered["result"]["action"], "cancel", "{answered}");
+    rec.until("the child's EOF", |l| l == "EOF").await;
+}
