@@ -114,7 +114,14 @@ impl Connector {
                 Session::start(client.clone(), hs, params, permit).await
             }
             Err(e) if self.may_fall_back(&e) => {
-                let link = sse_session::open(client, params.auth.clone()).await?;
+                // Not HTTP+SSE either: the POST's refusal is the answer that explains most.
+                let link = match sse_session::open(client, params.auth.clone()).await {
+                    Ok(link) => link,
+                    Err(get) => {
+                        tracing::debug!(error = %get, "no HTTP+SSE stream at the upstream URL either");
+                        return Err(e);
+                    }
+                };
                 let session = Session::over_link(client.clone(), link, params, permit).await?;
                 self.detected.store(SSE, Ordering::Relaxed);
                 tracing::info!(url = %client.uri(), "the upstream speaks HTTP+SSE (detected)");

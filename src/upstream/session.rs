@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, StatusCode};
+use http::{header, HeaderValue, Method, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
@@ -20,10 +20,13 @@ use super::client::{UpstreamClient, UpstreamError};
 use super::link::{Link, Owner};
 use super::stream::MessageStream;
 use crate::body;
-use crate::jsonrpc::{self, ErrorObject, Kind, Message};
-use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+use crate::jsonrpc::{self, ErrorObject};
 
 mod get_stream;
+mod wire;
+
+use wire::{base_request, close_with, drain, handshake, init_params, initialize_result};
+pub(crate) use wire::{legacy_capabilities, Handshake, SessionParams};
 
 /// A live legacy session.
 #[derive(Debug)]
@@ -57,28 +60,6 @@ impl Drop for ListenerPin {
     fn drop(&mut self) {
         self.0.listeners.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// A Streamable HTTP `initialize` that succeeded: the session id and the `InitializeResult`.
-#[derive(Debug)]
-pub(crate) struct Handshake {
-    id: Option<HeaderValue>,
-    result: Value,
-}
-
-/// What `initialize` needs to know.
-#[derive(Debug, Clone)]
-pub(crate) struct SessionParams {
-    /// Capabilities declared upstream (legacy shape).
-    pub(crate) capabilities: Value,
-    /// Principal header forwarded unchanged.
-    pub(crate) auth: Option<(http::HeaderName, HeaderValue)>,
-    /// Protocol version to ask for.
-    pub(crate) protocol_version: String,
-    /// Answer to unattributed `roots/list`.
-    pub(crate) default_roots: Arc<Vec<Value>>,
-    /// Where this session's change notifications go.
-    pub(crate) changes: ChangeFeed,
 }
 
 impl Session {
@@ -450,131 +431,5 @@ impl Drop for Session {
         if let Some(task) = self.get_task.get_mut().ok().and_then(Option::take) {
             task.abort();
         }
-    }
-}
-
-// POSTs `initialize` declaring the capabilities; returns the session id and the InitializeResult.
-async fn handshake(
-    client: &UpstreamClient,
-    params: &SessionParams,
-) -> Result<(Option<HeaderValue>, Value), UpstreamError> {
-    let init = init_params(params);
-    let body = jsonrpc::request_bytes(0, "initialize", jsonrpc::raw(&init).as_deref());
-    let req = base_request(client, Method::POST, None, None, params.auth.as_ref())
-        .body(body::full(body))
-        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-    let resp = client.send(req).await?;
-    if !resp.status().is_success() {
-        return Err(UpstreamError::from_status(&resp));
-    }
-    let id = resp.headers().get(SESSION_HEADER).cloned();
-    let mut stream = MessageStream::new(resp, client.max_event_bytes());
-    Ok((id, initialize_result(&mut stream).await?))
-}
-
-// The `initialize` params declaring the client's capabilities.
-fn init_params(params: &SessionParams) -> Value {
-    json!({
-        "protocolVersion": params.protocol_version,
-        "capabilities": params.capabilities,
-        "clientInfo": {"name": "mrtr-proxy", "version": env!("CARGO_PKG_VERSION")},
-    })
-}
-
-// Reads the `initialize` answer off its stream.
-async fn initialize_result(stream: &mut MessageStream) -> Result<Value, UpstreamError> {
-    loop {
-        let Some(msg) = stream.next().await else {
-            return Err(UpstreamError::Closed);
-        };
-        let msg = Message::parse(&msg?).map_err(|e| UpstreamError::Protocol(e.to_string()))?;
-        if msg.kind().ok() != Some(Kind::Response) {
-            continue;
-        }
-        if let Some(err) = msg.error {
-            return Err(UpstreamError::Protocol(format!(
-                "initialize failed: {}",
-                err.message
-            )));
-        }
-        let raw = msg.result.as_ref().map_or("null", |r| r.get());
-        return serde_json::from_str::<Value>(raw)
-            .map_err(|e| UpstreamError::Protocol(e.to_string()));
-    }
-}
-
-// Closes a link whose handshake failed (the child is stopped, the GET dropped), passing on why.
-async fn close_with(link: &Link, e: UpstreamError) -> UpstreamError {
-    link.close().await;
-    e
-}
-
-fn base_request(
-    client: &UpstreamClient,
-    method: Method,
-    session: Option<&HeaderValue>,
-    version: Option<&str>,
-    auth: Option<&(http::HeaderName, HeaderValue)>,
-) -> http::request::Builder {
-    let mut b = Request::builder()
-        .method(method.clone())
-        .uri(client.uri().clone())
-        .header(header::ACCEPT, "application/json, text/event-stream");
-    if method == Method::POST {
-        b = b.header(header::CONTENT_TYPE, "application/json");
-    }
-    if let Some(s) = session {
-        b = b.header(SESSION_HEADER, s.clone());
-    }
-    if let Some(v) = version {
-        b = b.header(VERSION_HEADER, v);
-    }
-    if let Some((name, value)) = auth {
-        b = b.header(name.clone(), value.clone());
-    }
-    b
-}
-
-async fn drain(
-    resp: http::Response<hyper::body::Incoming>,
-    deadline: std::time::Duration,
-) -> Result<(), UpstreamError> {
-    use http_body_util::BodyExt;
-    let outcome = if resp.status().is_success() {
-        Ok(())
-    } else {
-        Err(UpstreamError::from_status(&resp))
-    };
-    // Bounded in size and time: answers to notifications are empty; an upstream that never ends
-    // one is left behind (the connection is dropped), not waited for.
-    let body = http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect();
-    let _ = tokio::time::timeout(deadline, body).await;
-    outcome
-}
-
-/// Maps the capabilities a modern request declared to what `initialize` declares upstream.
-pub(crate) fn legacy_capabilities(modern: &Value) -> Value {
-    let mut caps = serde_json::Map::new();
-    if let Some(obj) = modern.as_object() {
-        for key in ["experimental", "sampling", "elicitation", "roots"] {
-            if let Some(v) = obj.get(key) {
-                caps.insert(key.to_owned(), v.clone());
-            }
-        }
-    }
-    Value::Object(caps)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn capability_mapping_drops_modern_only_keys() {
-        let m = json!({"elicitation":{"form":{}},"extensions":{"io.modelcontextprotocol/tasks":{}},"roots":{}});
-        assert_eq!(
-            legacy_capabilities(&m),
-            json!({"elicitation":{"form":{}},"roots":{}})
-        );
     }
 }

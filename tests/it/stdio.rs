@@ -249,3 +249,28 @@ async fn a_parked_call_that_expires_is_answered_and_cancelled_on_its_child() {
     assert_eq!(answered["result"]["action"], "cancel", "{answered}");
     rec.until("the child's EOF", |l| l == "EOF").await;
 }
+
+#[tokio::test]
+async fn shutdown_cancels_a_parked_call_on_its_child_and_stops_every_child() {
+    let mut rec = Recorder::new();
+    let mut p = proxy(&rec, "[server]\nshutdown_grace = \"100ms\"\n").await;
+    let c = p.client(all_caps());
+    let (_r, _state) = first_round(&c, "ask", json!({})).await;
+    p.stopped().await;
+    let seen = rec
+        .until("notifications/cancelled", |l| {
+            method_of(l).as_deref() == Some("notifications/cancelled")
+        })
+        .await;
+    assert!(
+        seen.iter().any(|l| l.contains("\"action\":\"cancel\"")),
+        "{seen:?}"
+    );
+    // Both children (the probe's, warm, and the call's) read EOF: none is left running. Their
+    // reports come on separate connections, so one may already be among the lines seen.
+    let mut eofs = seen.iter().filter(|l| *l == "EOF").count();
+    while eofs < 2 {
+        rec.until("a child's EOF", |l| l == "EOF").await;
+        eofs += 1;
+    }
+}
