@@ -114,12 +114,13 @@ impl Connector {
                 Session::start(client.clone(), hs, params, permit).await
             }
             Err(e) if self.may_fall_back(&e) => {
-                // Not HTTP+SSE either: the POST's refusal is the answer that explains most.
                 let link = match sse_session::open(client, params.auth.clone()).await {
                     Ok(link) => link,
                     Err(get) => {
-                        tracing::debug!(error = %get, "no HTTP+SSE stream at the upstream URL either");
-                        return Err(e);
+                        return Err(UpstreamError::Protocol(format!(
+                            "the upstream URL is neither Streamable HTTP (a POSTed initialize got: \
+                             {e}) nor HTTP+SSE (a GET got: {get})"
+                        )))
                     }
                 };
                 let session = Session::over_link(client.clone(), link, params, permit).await?;
@@ -131,15 +132,16 @@ impl Connector {
         }
     }
 
-    // With `auto`, before anything worked: a 4xx other than a refusal of credentials means
+    // With `auto`, unless Streamable HTTP worked before: a 4xx other than a refusal of credentials means
     // "not Streamable HTTP here" (405 from Python's SSE server, 404 from an Express one).
     fn may_fall_back(&self, e: &UpstreamError) -> bool {
         let status = match e {
             UpstreamError::Status(s) | UpstreamError::Refused(s) => *s,
             _ => return false,
         };
+        // Not only while unknown: a concurrent first open may have found HTTP+SSE meanwhile.
         matches!(self.transport, UpstreamTransport::Auto)
-            && self.detected.load(Ordering::Relaxed) == UNKNOWN
+            && self.detected.load(Ordering::Relaxed) != STREAMABLE
             && status.is_client_error()
     }
 

@@ -241,3 +241,19 @@ async fn a_parked_call_whose_stream_closes_ends_with_an_upstream_error() {
     let done = retry(&c, "ask", json!({}), answer_name(&r), &state).await;
     assert_eq!(done.result()["content"][0]["text"], "Hello, Ada!");
 }
+
+#[tokio::test]
+async fn several_requests_opening_the_first_sessions_at_once_all_reach_the_sse_upstream() {
+    let up = SseMock::start().await;
+    let p = TestProxy::start(&up.url(), "").await;
+    let c = p.client(all_caps());
+    // Each opens a session of its own while the readiness probe opens one too, so detection runs
+    // several times at once. (The race where one finds HTTP+SSE while another's POST is still out
+    // is too narrow to hit here; the real-peer listen suite under load did hit it.)
+    let lists =
+        futures_util::future::join_all((0..6).map(|_| c.request("tools/list", json!({})))).await;
+    for ex in lists {
+        let ex = ex.unwrap();
+        assert_eq!(ex.result()["tools"][0]["name"], "ask", "{:?}", ex.last);
+    }
+}
