@@ -124,16 +124,17 @@ impl Connector {
                     }
                 };
                 let session = Session::over_link(client.clone(), link, params, permit).await?;
-                self.detected.store(SSE, Ordering::Relaxed);
-                tracing::info!(url = %client.uri(), "the upstream speaks HTTP+SSE (detected)");
+                if self.detected.swap(SSE, Ordering::Relaxed) != SSE {
+                    tracing::info!(url = %client.uri(), "the upstream speaks HTTP+SSE (detected)");
+                }
                 Ok(session)
             }
             Err(e) => Err(e),
         }
     }
 
-    // With `auto`, unless Streamable HTTP worked before: a 4xx other than a refusal of credentials means
-    // "not Streamable HTTP here" (405 from Python's SSE server, 404 from an Express one).
+    // With `auto`, unless Streamable HTTP worked before: a 4xx other than a refusal of credentials
+    // means "not Streamable HTTP here" (405 from Python's SSE server, 404 from an Express one).
     fn may_fall_back(&self, e: &UpstreamError) -> bool {
         let status = match e {
             UpstreamError::Status(s) | UpstreamError::Refused(s) => *s,

@@ -21,6 +21,9 @@ use tokio::time::Instant;
 use super::client::UpstreamError;
 use crate::jsonrpc::{Kind, Message};
 
+/// Messages of one request read but not yet taken by its call, before the reader waits.
+const ROUTE_BACKLOG: usize = 64;
+
 /// A boxed future of a sink (the sinks are few and their messages rare next to an HTTP hop).
 pub(crate) type SinkFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -34,8 +37,9 @@ pub(crate) trait Sink: Send + Sync + std::fmt::Debug {
 
 /// Who takes what no open request does, and learns that the link is gone: the session.
 pub(crate) trait Owner: Send + Sync {
-    /// A server request or notification with no open request to go to.
-    fn unrouted(self: Arc<Self>, message: Bytes);
+    /// A server request or notification with no open request to go to (a default answer is
+    /// written before the reader goes on, bounded by the sink's write timeout).
+    fn unrouted(self: Arc<Self>, message: Bytes) -> SinkFuture<'static, ()>;
     /// The link closed.
     fn closed(&self);
 }
@@ -45,7 +49,7 @@ pub(crate) trait Owner: Send + Sync {
 pub(crate) struct Link {
     sink: Box<dyn Sink>,
     /// Open requests by id: where their messages go.
-    routes: Mutex<BTreeMap<i64, mpsc::UnboundedSender<Bytes>>>,
+    routes: Mutex<BTreeMap<i64, mpsc::Sender<Bytes>>>,
     owner: OnceLock<Weak<dyn Owner>>,
     /// When the reader last got bytes (messages and keep-alives alike).
     last_read: Mutex<Instant>,
@@ -56,7 +60,7 @@ pub(crate) struct Link {
 /// What a request's stream reads: its messages, and the link's clock of last activity.
 #[derive(Debug)]
 pub(crate) struct Routed {
-    pub(crate) rx: mpsc::UnboundedReceiver<Bytes>,
+    pub(crate) rx: mpsc::Receiver<Bytes>,
     pub(crate) link: Arc<Link>,
 }
 
@@ -135,7 +139,7 @@ impl Link {
         id: i64,
         message: Vec<u8>,
     ) -> Result<Routed, UpstreamError> {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(ROUTE_BACKLOG);
         if let Ok(mut routes) = self.routes.lock() {
             routes.insert(id, tx);
         }
@@ -159,13 +163,12 @@ impl Link {
         }
     }
 
-    /// Hands one message from the reader to whoever it belongs to (see the module docs).
-    pub(crate) fn dispatch(&self, bytes: Bytes) {
+    /// Hands one message from the reader to whoever it belongs to (see the module docs). Waits
+    /// while that request's stream is full: the reader slows down as an HTTP body would, instead
+    /// of queueing without bound.
+    pub(crate) async fn dispatch(&self, bytes: Bytes) {
         let Ok(msg) = Message::parse(&bytes) else {
             tracing::debug!("ignoring a malformed upstream message");
-            return;
-        };
-        let Ok(mut routes) = self.routes.lock() else {
             return;
         };
         match msg.kind() {
@@ -174,26 +177,30 @@ impl Link {
                     .id
                     .as_ref()
                     .and_then(|r| r.get().trim().parse::<i64>().ok());
-                if let Some(tx) = id.and_then(|id| routes.remove(&id)) {
-                    let _ = tx.send(bytes);
+                let route = id.and_then(|id| self.routes.lock().ok()?.remove(&id));
+                if let Some(tx) = route {
+                    let _ = tx.send(bytes).await;
                 }
-                return;
             }
             Ok(Kind::Request | Kind::Notification) => {
                 // The oldest open request whose reader is still there.
-                while let Some(entry) = routes.first_entry() {
-                    if entry.get().send(bytes.clone()).is_ok() {
+                while let Some((id, tx)) = self.oldest_route() {
+                    if tx.send(bytes.clone()).await.is_ok() {
                         return;
                     }
-                    entry.remove();
+                    self.unroute(id);
+                }
+                if let Some(owner) = self.owner() {
+                    owner.unrouted(bytes).await;
                 }
             }
-            Err(_) => return,
+            Err(_) => {}
         }
-        drop(routes);
-        if let Some(owner) = self.owner() {
-            owner.unrouted(bytes);
-        }
+    }
+
+    fn oldest_route(&self) -> Option<(i64, mpsc::Sender<Bytes>)> {
+        let routes = self.routes.lock().ok()?;
+        routes.first_key_value().map(|(id, tx)| (*id, tx.clone()))
     }
 
     /// The reader ended (the child exited, the GET stream closed) or a write failed: the

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 
 use super::changes::{is_change, Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
-use super::link::{Link, Owner};
+use super::link::{Link, Owner, SinkFuture};
 use super::stream::MessageStream;
 use crate::body;
 use crate::jsonrpc::{self, ErrorObject};
@@ -415,10 +415,10 @@ impl Session {
 }
 
 impl Owner for Session {
-    // Off the reader: a default answer writes to the upstream, which must not wait on the
-    // upstream reading what we write while we do not read what it writes.
-    fn unrouted(self: Arc<Self>, message: Bytes) {
-        tokio::spawn(async move { self.on_get_message(message).await });
+    // As a Streamable HTTP GET stream's message, in turn: the reader waits for a default answer
+    // to be written (within the write timeout), so a flood of them is not a flood of tasks.
+    fn unrouted(self: Arc<Self>, message: Bytes) -> SinkFuture<'static, ()> {
+        Box::pin(async move { self.on_get_message(message).await })
     }
 
     fn closed(&self) {

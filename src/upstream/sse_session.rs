@@ -173,7 +173,7 @@ async fn read_events(link: Weak<Link>, mut reader: EventReader) {
             break;
         };
         if ev.event.as_deref().is_none_or(|e| e == "message") {
-            l.dispatch(Bytes::from(ev.data));
+            l.dispatch(Bytes::from(ev.data)).await;
         }
     }
     tracing::debug!("the upstream SSE stream ended; its session is gone");

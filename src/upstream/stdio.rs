@@ -156,7 +156,7 @@ async fn read_stdout(
                     "ignoring a line on the upstream's stdout that is not JSON-RPC"
                 );
             }
-            Ok(line) => l.dispatch(Bytes::from(line.into_bytes())),
+            Ok(line) => l.dispatch(Bytes::from(line.into_bytes())).await,
             Err(LinesCodecError::MaxLineLengthExceeded) => {
                 tracing::warn!(
                     pid,

@@ -155,11 +155,12 @@ async fn with_every_child_busy_a_call_gets_503_and_retry_after() {
     let rec = Recorder::new();
     let p = proxy(
         &rec,
-        "max_processes = 1\n[pool]\nacquire_timeout = \"200ms\"\n",
+        "max_processes = 1\n[pool]\nacquire_timeout = \"1s\"\n",
     )
     .await;
     let c = p.client(all_caps());
-    // Parked, the first call keeps the only child.
+    // The readiness probe's child may still be starting: the first call waits for it (within the
+    // acquire timeout), evicts it once idle, and parked keeps the only child.
     let (_r, _state) = first_round(&c, "ask", json!({})).await;
     let busy = c
         .request(
@@ -192,14 +193,9 @@ async fn a_command_that_cannot_start_is_named_and_then_backed_off() {
         }
         statuses.push(ex.status);
     }
-    assert_eq!(
-        statuses[1],
-        http::StatusCode::SERVICE_UNAVAILABLE,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses[2],
-        http::StatusCode::SERVICE_UNAVAILABLE,
+    // (Backoff starts at 250 ms: on a slow machine one call may come after it and start again.)
+    assert!(
+        statuses[1..].contains(&http::StatusCode::SERVICE_UNAVAILABLE),
         "{statuses:?}"
     );
     assert_eq!(
@@ -213,18 +209,17 @@ async fn a_call_the_client_abandons_is_cancelled_on_the_child_which_is_then_stop
     let mut rec = Recorder::new();
     let p = proxy(&rec, "").await;
     let c = p.client(all_caps());
-    let abandoned = tokio::time::timeout(
-        Duration::from_millis(300),
-        c.request("tools/call", json!({"name": "hang", "arguments": {}})),
-    )
+    let mut call = Box::pin(c.request("tools/call", json!({"name": "hang", "arguments": {}})));
+    tokio::select! {
+        r = &mut call => panic!("the hanging call answered: {r:?}"),
+        _ = rec.until("the hang call", |l| l.contains("\"hang\"")) => {}
+    }
+    // The client gives up: dropping the request closes its connection.
+    drop(call);
+    rec.until("notifications/cancelled", |l| {
+        method_of(l).as_deref() == Some("notifications/cancelled")
+    })
     .await;
-    assert!(abandoned.is_err(), "the hanging call answered");
-    let seen = rec
-        .until("notifications/cancelled", |l| {
-            method_of(l).as_deref() == Some("notifications/cancelled")
-        })
-        .await;
-    assert!(seen.iter().any(|l| l.contains("\"hang\"")), "{seen:?}");
     // Then its stdin is closed: the child reads EOF.
     rec.until("the child's EOF", |l| l == "EOF").await;
 }
