@@ -91,7 +91,7 @@ pub(super) fn from_raw(u: &RawUpstream) -> Result<UpstreamTransport, ConfigError
         .unwrap_or(if u.command.is_some() { "stdio" } else { "auto" });
     let transport = match name {
         "auto" => UpstreamTransport::Auto,
-        "streamable-http" | "http" => UpstreamTransport::StreamableHttp,
+        "streamable-http" => UpstreamTransport::StreamableHttp,
         "sse" => UpstreamTransport::Sse,
         "stdio" => {
             let Some(argv) = u.command.clone() else {
@@ -123,4 +123,29 @@ pub(super) fn from_raw(u: &RawUpstream) -> Result<UpstreamTransport, ConfigError
         ));
     }
     Ok(transport)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn a_command_means_stdio_and_keeps_its_environment() {
+        let c = Config::from_toml_str(
+            "[upstream]\ncommand = [\"node\", \"server.js\", \"--stdio\"]\nenv = { A = \"1\" }\nmax_processes = 3\n",
+        )
+        .unwrap();
+        let UpstreamTransport::Stdio(cmd) = c.upstream_transport else {
+            panic!("not stdio: {:?}", c.upstream_transport);
+        };
+        assert_eq!(cmd.program, "node");
+        assert_eq!(cmd.args, ["server.js", "--stdio"]);
+        assert_eq!(cmd.env.get("A").map(String::as_str), Some("1"));
+        assert_eq!(cmd.max_processes, 3);
+        assert_eq!(
+            Config::defaults().unwrap().upstream_transport,
+            UpstreamTransport::Auto
+        );
+    }
 }
