@@ -22,6 +22,21 @@ mod support;
 
 const CALLS: usize = 3000;
 const CYCLES: usize = 3;
+
+// `MRTR_BENCH_CYCLES` overrides CYCLES (e.g. 1 for a quicker look).
+fn settle_s() -> u64 {
+    std::env::var("MRTR_BENCH_SETTLE_S")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15)
+}
+
+fn cycles() -> usize {
+    std::env::var("MRTR_BENCH_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CYCLES)
+}
 // Every call of a cycle is parked before the first expires (state.ttl = 60 s).
 const ARG_BYTES: usize = 4096;
 
@@ -37,7 +52,7 @@ async fn run() {
     let start = rss_kib(proxy.id());
     println!("proxy RSS at start: {start} KiB; {CALLS} calls parked per cycle, {ARG_BYTES} B argument each");
     let pad = "x".repeat(ARG_BYTES);
-    for cycle in 1..=CYCLES {
+    for cycle in 1..=cycles() {
         for _ in 0..CALLS {
             let ex = client
                 .request(
@@ -55,8 +70,9 @@ async fn run() {
             assert!(Instant::now() < deadline, "the parked calls never expired");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // Sessions of expired calls are closed right after; let the closes finish.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Sessions of expired calls are closed right after, and jemalloc purges what was freed
+        // within its 10 s decay: read the RSS 15 s later (`MRTR_BENCH_SETTLE_S` overrides).
+        tokio::time::sleep(Duration::from_secs(settle_s())).await;
         let after = rss_kib(proxy.id());
         let fds = std::fs::read_dir(format!("/proc/{}/fd", proxy.id())).map_or(0, Iterator::count);
         let sessions = gauge(&metrics, "mrtr_upstream_sessions").await;
