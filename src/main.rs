@@ -13,8 +13,8 @@ use mrtr_proxy::{demo, healthcheck, keys, shutdown, telemetry};
 const EXIT_CONFIG: u8 = 64;
 
 // jemalloc, with its background threads on, gives freed memory back to the system: 15 s after
-// 3 000 parked calls expired (`cargo bench --bench parked_memory`), RSS was 26-27 MB again from a
-// 10 MB start, cycle after cycle, where mimalloc kept 99-155 MB (its live heap was 3 MB: the rest
+// 3 000 parked calls expired (`cargo bench --bench parked_memory`), RSS was 27-29 MB again from a
+// 9 MB start, cycle after cycle, where mimalloc kept 99-155 MB (its live heap was 3 MB: the rest
 // was retained, not leaked) and the system allocator kept growing (237 → 281 → 292 MB). Calls
 // cost the same with either (`cargo bench --bench round_trip`).
 #[global_allocator]
