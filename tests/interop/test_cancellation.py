@@ -17,8 +17,8 @@ _tags = (f"call-{n}" for n in itertools.count())
 pytestmark = pytest.mark.parametrize("stack", ["py", "py-sse"], indirect=True)
 
 
-def test_py_client_abandoning_a_call_cancels_it_upstream(stack):
-    tag = next(_tags)
+def abandon_wait_forever(url, tag):
+    """Calls `wait_forever(tag)` through `url` and gives up after 2 s; returns "gave up"."""
 
     async def give_up(c):
         try:
@@ -27,7 +27,12 @@ def test_py_client_abandoning_a_call_cancels_it_upstream(stack):
             return "gave up"
         return "finished?"
 
-    assert PyClient(stack["proxy"].url).run(give_up) == "gave up"
+    return PyClient(url).run(give_up)
+
+
+def test_py_client_abandoning_a_call_cancels_it_upstream(stack):
+    tag = next(_tags)
+    assert abandon_wait_forever(stack["proxy"].url, tag) == "gave up"
     r = PyClient(stack["proxy"].url).run(lambda c: c.call_tool("was_cancelled", {"tag": tag}))
     assert text_of(r) == "cancelled"
 

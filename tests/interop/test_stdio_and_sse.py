@@ -11,6 +11,7 @@ import re
 import urllib.request
 
 from conftest import Proxy, py_stdio_command, start_py_sse_upstream, start_ts_sse_upstream
+from test_cancellation import abandon_wait_forever
 from test_modern_clients import PyClient, text_of
 
 _tags = (f"stdio-{n}" for n in itertools.count())
@@ -41,15 +42,7 @@ def test_abandoning_a_call_on_a_stdio_child_cancels_its_tool():
     proxy = Proxy(command, log="info")
     try:
         tag = next(_tags)
-
-        async def give_up(c):
-            try:
-                await asyncio.wait_for(c.call_tool("wait_forever", {"tag": tag}), timeout=2)
-            except (asyncio.TimeoutError, TimeoutError):
-                return "gave up"
-            return "finished?"
-
-        assert PyClient(proxy.url).run(give_up) == "gave up"
+        assert abandon_wait_forever(proxy.url, tag) == "gave up"
         proxy.proc.wait_for(rf"upstream: CANCELLED {tag}\b", timeout=20)
     finally:
         proxy.kill()
