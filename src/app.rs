@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
-use crate::call::{CallContext, ParkLimits, ParkedCalls};
+use crate::call::{CallContext, Gather, ParkLimits, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::{Config, UpstreamTransport};
 use crate::keys::{self, KeyError, KeySet};
@@ -77,7 +77,7 @@ impl App {
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),
-            gather_window: config.gather_window,
+            gather: Gather::new(config.gather),
             sse_idle_timeout: config.upstream_sse_idle_timeout,
             max_input_requests: config.max_input_requests,
             cache_ttl_ms: config.cache_ttl_ms,

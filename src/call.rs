@@ -40,7 +40,7 @@ use crate::config::CacheScope;
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, Kind, Message};
-use crate::metrics::Metrics;
+use crate::metrics::{Gathered, Metrics};
 use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
 use crate::replay::Replayer;
 use crate::rewrite::{self, RewriteCtx};
@@ -48,6 +48,7 @@ use crate::state_token::TokenCodec;
 use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError};
 
 mod end;
+mod gather;
 mod leg;
 mod notify;
 mod park;
@@ -56,6 +57,7 @@ mod replaying;
 mod rounds;
 mod send;
 
+pub(crate) use gather::Gather;
 pub(crate) use leg::{Leg, LegEvent, Outcome};
 use registry::ParkGuard;
 pub(crate) use registry::{ParkLimits, ParkedCalls, Retry};
@@ -76,8 +78,8 @@ pub(crate) struct CallContext {
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Every call actor, so that shutdown can wait for their upstream cancellations.
     pub(crate) tasks: TaskTracker,
-    /// How long server requests are gathered into one round.
-    pub(crate) gather_window: Duration,
+    /// How long server requests are gathered into one round, per target as learned.
+    pub(crate) gather: gather::Gather,
     /// A running call's upstream response may stay silent (no bytes at all) this long.
     pub(crate) sse_idle_timeout: Duration,
     /// Server requests one call may have pending at once.
@@ -155,8 +157,9 @@ impl CallContext {
 enum Phase {
     /// A client exchange is open and the upstream is working.
     Running(Leg),
-    /// Server requests came while an exchange was open; more may join the round until `until`.
-    Gathering { leg: Leg, until: Instant },
+    /// Server requests came while an exchange was open; more may join the round until `until`
+    /// (with `None`, only those already read: see `gather`).
+    Gathering { leg: Leg, until: Option<Instant> },
     /// A round was answered `input_required`; no exchange is open until a retry or `deadline`.
     Parked {
         since: Instant,
@@ -275,16 +278,29 @@ impl Call {
                 self.cancel_upstream("the client closed the request").await;
                 self.phase = Phase::Done;
             }
-            Event::GatherOver => {
-                if let Some(leg) = self.take_leg() {
-                    self.park(leg).await;
-                }
-            }
+            Event::GatherOver => self.end_gather().await,
             Event::Retry(Some(retry)) => self.on_retry(retry).await,
             Event::Retry(None) => self.phase = Phase::Done,
             Event::Expired => self.expire().await,
             Event::UpstreamQuiet => self.on_quiet_upstream().await,
             Event::Shutdown => self.shut_down().await,
+        }
+    }
+
+    // The round is gathered: learn from it, and answer it.
+    async fn end_gather(&mut self) {
+        let waited = matches!(self.phase, Phase::Gathering { until: Some(_), .. });
+        if waited && self.rounds.pending() == 1 {
+            self.ctx.gather.saw_one(self.gather_key());
+        }
+        let wait = if waited {
+            Gathered::Window
+        } else {
+            Gathered::Arrived
+        };
+        self.ctx.metrics.gathered(wait);
+        if let Some(leg) = self.take_leg() {
+            self.park(leg).await;
         }
     }
 
@@ -329,7 +345,7 @@ impl Call {
             m = or_pending(stream.map(ResponseStream::next)) => Event::Upstream(m),
             Some(b) = inbox_rx.recv() => Event::Inbox(b),
             () = or_pending(leg.map(Leg::closed)) => Event::ClientGone,
-            () = or_pending(gather.map(tokio::time::sleep_until)) => Event::GatherOver,
+            () = or_pending(gather.map(gather_over)) => Event::GatherOver,
             () = or_pending(deadline.map(tokio::time::sleep_until)) => Event::Expired,
             () = or_pending(quiet.map(tokio::time::sleep_until)) => Event::UpstreamQuiet,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
@@ -448,8 +464,23 @@ impl Call {
         }
     }
 
+    /// What this call's gather habit is learned under.
+    fn gather_key(&self) -> u64 {
+        let spec = &self.spec;
+        gather::key(&spec.method, &spec.target, &spec.capabilities)
+    }
+
     fn session(&self) -> Option<Arc<Session>> {
         self.lease.as_ref().map(|l| Arc::clone(l.session()))
+    }
+}
+
+// The end of a gather: the window, or (with none) one yield, so that what the connection tasks
+// already read reaches the stream before the round is answered (the select is biased towards it).
+async fn gather_over(until: Option<Instant>) {
+    match until {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => tokio::task::yield_now().await,
     }
 }
 

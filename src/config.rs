@@ -11,12 +11,14 @@ use std::time::Duration;
 use http::Uri;
 
 mod error;
+mod gather;
 mod raw;
 mod transport;
 mod units;
 
 pub use error::ConfigError;
 use error::{invalid, positive};
+pub use gather::{GatherMode, Gathering};
 
 pub use raw::{
     RawAdmin, RawCluster, RawConfig, RawLog, RawPool, RawReplay, RawResults, RawServer, RawState,
@@ -149,8 +151,8 @@ pub struct Config {
     pub state_keys: KeySources,
     /// Issuer id of this instance, put in every token.
     pub instance_id: Option<String>,
-    /// Window during which server requests arriving together are batched into one round.
-    pub gather_window: Duration,
+    /// How server requests arriving together are gathered into one round.
+    pub gather: Gathering,
     /// Bound on parked calls across all principals.
     pub max_parked: usize,
     /// Bound on parked calls per principal.
@@ -348,7 +350,6 @@ impl Config {
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
         let s = raw.server;
-        let u = raw.upstream;
         let p = raw.pool;
         let st = raw.state;
         let r = raw.results;
@@ -357,8 +358,9 @@ impl Config {
         let times = ServerTimes::from_raw(&s)?;
         let client_limits = ClientLimits::from_raw(&s)?;
         let mcp_path = mcp_path(s.mcp_path)?;
-        let up = UpstreamSettings::from_raw(u)?;
+        let up = UpstreamSettings::from_raw(raw.upstream)?;
         let pool = Bounds::from_raw(p, &st)?;
+        let gather = Gathering::from_raw(&st)?;
         let state_keys = key_sources(st.secret, st.secret_file, st.verify_secret_files)?;
         let cache_scope = cache_scope(r.cache_scope.as_deref())?;
         let state_ttl = nonzero_dur("state.ttl", st.ttl.as_deref(), "5m")?;
@@ -394,7 +396,7 @@ impl Config {
             state_ttl,
             state_keys,
             instance_id: st.instance_id,
-            gather_window: dur("state.gather_window", st.gather_window.as_deref(), "10ms")?,
+            gather,
             max_parked: pool.max_parked,
             max_parked_per_principal: pool.max_parked_per_principal,
             max_parked_memory: pool.max_parked_memory,

@@ -16,7 +16,8 @@ mod labels;
 
 use labels::Reload;
 pub(crate) use labels::{
-    Capability, Direction, Era, Forward, Limit, Method, Outcome, TokenRejection, UpstreamFailure,
+    Capability, Direction, Era, Forward, Gathered, Limit, Method, Outcome, TokenRejection,
+    UpstreamFailure,
 };
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,6 +59,11 @@ struct ForwardLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GatherLabel {
+    wait: Gathered,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LimitLabel {
     limit: Limit,
 }
@@ -91,6 +97,7 @@ pub(crate) struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Histograms<LatencyLabels>,
     rounds: Counter,
+    gathers: Family<GatherLabel, Counter>,
     input_requests: Counter,
     rounds_per_call: Histogram,
     park_duration: Histogram,
@@ -131,6 +138,7 @@ impl Metrics {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             rounds: Counter::default(),
+            gathers: Family::default(),
             input_requests: Counter::default(),
             rounds_per_call: Histogram::new([0.0, 1.0, 2.0, 3.0, 5.0, 10.0]),
             // 10 ms … ~5.8 h (the TTL bounds it).
@@ -165,6 +173,11 @@ impl Metrics {
         );
         r.register_with_unit("request_duration", "Time from a request to its last answered message (modern) or its response head (legacy relay)", Unit::Seconds, self.latency.clone());
         r.register("rounds", "input_required results sent", self.rounds.clone());
+        r.register(
+            "round_gathers",
+            "Rounds gathered, by whether they waited out the gather window",
+            self.gathers.clone(),
+        );
         r.register(
             "input_requests",
             "Input requests (keys) sent across all rounds",
@@ -323,6 +336,11 @@ impl Metrics {
     pub(crate) fn round_sent(&self, keys: usize) {
         self.rounds.inc();
         self.input_requests.inc_by(keys as u64);
+    }
+
+    /// A round's gather ended, after the window or with only what had arrived.
+    pub(crate) fn gathered(&self, wait: Gathered) {
+        self.gathers.get_or_create(&GatherLabel { wait }).inc();
     }
 
     /// An input-capable call ended after `rounds` rounds.

@@ -54,12 +54,17 @@ impl Call {
         if self.rounds.pending() >= self.ctx.max_input_requests {
             return refuse_excess(&session, &msg).await;
         }
+        if self.rounds.has_pending() {
+            // Asked before an earlier request was answered: this target asks together.
+            self.ctx.gather.saw_together(self.gather_key());
+        }
         self.rounds.ask(kind, id, params.as_ref());
-        // The first request of a round opens the gather window; while parked, requests simply
-        // join the next round.
+        // The first request of a round opens the gather (a window, or only what already came,
+        // as learned for the target); while parked, requests simply join the next round.
         if let Phase::Running(_) = self.phase {
             if let Some(leg) = self.take_leg() {
-                let until = Instant::now() + self.ctx.gather_window;
+                let window = self.ctx.gather.window(self.gather_key());
+                let until = window.map(|w| Instant::now() + w);
                 self.phase = Phase::Gathering { leg, until };
             }
         }

@@ -169,6 +169,10 @@ pub struct RawState {
     pub instance_id: Option<String>,
     /// `gather_window`
     pub gather_window: Option<String>,
+    /// `gather`
+    pub gather: Option<String>,
+    /// `gather_max_targets`
+    pub gather_max_targets: Option<usize>,
     /// `max_parked`
     pub max_parked: Option<usize>,
     /// `max_parked_per_principal`

@@ -134,6 +134,16 @@ label_values! {
 }
 
 label_values! {
+    /// How a round was gathered (`state.gather`).
+    Gathered {
+        /// It waited out `state.gather_window` for more server requests.
+        Window => "window",
+        /// It took only the requests already read: its target is known to ask one at a time.
+        Arrived => "arrived",
+    }
+}
+
+label_values! {
     /// What became of a retry whose requestState names another instance.
     Forward {
         /// Sent to the owner, whose answer was streamed back.

@@ -15,6 +15,7 @@ mod cluster;
 mod config_docs;
 mod front;
 mod fuzz_regressions;
+mod gather;
 mod hostile;
 mod keys;
 mod lifetimes;

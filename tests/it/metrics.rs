@@ -21,7 +21,7 @@ fn elicit_then_finish() -> Vec<Vec<Step>> {
 }
 
 /// The value of the one sample `series` (as exposed, labels included).
-fn sample(text: &str, series: &str) -> f64 {
+pub(crate) fn sample(text: &str, series: &str) -> f64 {
     text.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .unwrap_or_else(|| panic!("no sample {series} in:\n{text}"))
@@ -169,6 +169,8 @@ async fn a_round_trip_is_counted_and_no_label_carries_an_id_token_principal_or_p
         "pool_busy",
         "to_upstream",
         "to_client",
+        "window",
+        "arrived",
     ]
     .into();
     for line in text.lines().filter(|l| !l.starts_with('#')) {
