@@ -22,7 +22,8 @@
 //! ```
 //!
 //! Modules, each depending only on those below it (a test fails on any cycle):
-//! - `fuzzing`: entry points of the `cargo fuzz` targets (`fuzz/`)
+//! - `fuzzing`: entry points of the `cargo fuzz` targets (`fuzz/`); `benching`: what the
+//!   benchmarks measure below HTTP
 //! - [`server`]: listener, accept loop (`conns`: the connection table), admin routes,
 //!   shutdown; [`demo`]: the built-in walkthrough
 //! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
@@ -41,6 +42,8 @@
 //! [`shutdown`].
 
 pub mod app;
+#[doc(hidden)]
+pub mod benching;
 pub mod body;
 mod call;
 pub mod cli;
