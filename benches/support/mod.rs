@@ -32,11 +32,27 @@ impl ProxyProcess {
 }
 
 /// Starts the proxy binary in front of `upstream` with `config` (TOML); returns it and its MCP
-/// URL. Its stderr is drained so that it never blocks on a full pipe.
+/// URL.
 pub(crate) fn spawn_proxy(upstream: &str, name: &str, config: &str) -> (ProxyProcess, String) {
     let path = std::env::temp_dir().join(format!("mrtr-{name}-{}.toml", std::process::id()));
     std::fs::write(&path, config).expect("bench config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-proxy"))
+    let (child, url) = launch_proxy(
+        Command::new(env!("CARGO_BIN_EXE_mrtr-proxy")),
+        upstream,
+        &path,
+    );
+    (ProxyProcess(child), url)
+}
+
+/// Runs `command` (the proxy binary, or a tool with the binary as its last argument) on port 0
+/// in front of `upstream` with the config file at `config`; returns the child and its MCP URL
+/// once it listens. Its stderr is drained so that it never blocks on a full pipe.
+pub(crate) fn launch_proxy(
+    mut command: Command,
+    upstream: &str,
+    config: &std::path::Path,
+) -> (Child, String) {
+    let mut child = command
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -44,7 +60,7 @@ pub(crate) fn spawn_proxy(upstream: &str, name: &str, config: &str) -> (ProxyPro
             upstream,
             "--config",
         ])
-        .arg(&path)
+        .arg(config)
         .env("RUST_LOG", "error")
         .stderr(Stdio::piped())
         .spawn()
@@ -61,7 +77,7 @@ pub(crate) fn spawn_proxy(upstream: &str, name: &str, config: &str) -> (ProxyPro
         .find(|w| w.starts_with("http://"))
         .expect("url")
         .to_owned();
-    (ProxyProcess(child), url)
+    (child, url)
 }
 
 /// Resident memory of process `pid`, in KiB.
