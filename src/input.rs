@@ -7,6 +7,8 @@ use serde_json::{json, Map, Value};
 
 use crate::metrics::Capability;
 
+mod schemas;
+
 /// The three kinds of input a server may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum InputKind {
@@ -167,8 +169,9 @@ impl Asked {
     }
 }
 
-/// The compiled `requestedSchema` of a form elicitation. Compiled with no resolver for remote
-/// or file `$ref`s: the schema comes from the upstream, and the proxy fetches nothing for it.
+/// The compiled `requestedSchema` of a form elicitation (remembered by its text: see
+/// [`schemas`]). Compiled with no resolver for remote or file `$ref`s: the schema comes from
+/// the upstream, and the proxy fetches nothing for it.
 pub(crate) fn compile_schema(
     kind: InputKind,
     params: Option<&Value>,
@@ -176,14 +179,7 @@ pub(crate) fn compile_schema(
     if kind != InputKind::Elicitation {
         return None;
     }
-    let schema = params?.get("requestedSchema")?;
-    match jsonschema::validator_for(schema) {
-        Ok(v) => Some(Arc::new(v)),
-        Err(e) => {
-            tracing::debug!(error = %e, "the upstream's requestedSchema does not compile; answers pass unchecked");
-            None
-        }
-    }
+    schemas::compiled(params?.get("requestedSchema")?)
 }
 
 // Names the field and the rule an answer broke, not the value (answers are never echoed or
