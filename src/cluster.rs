@@ -248,7 +248,7 @@ pub(crate) fn verify(codec: &TokenCodec, value: &HeaderValue, body: &[u8], probe
 
 fn body_digest(body: &[u8]) -> String {
     let d = Sha256::digest(body);
-    d[..16].iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(&d[..16])
 }
 
 /// The answer to a probe: this instance's id.

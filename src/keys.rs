@@ -311,10 +311,7 @@ fn kid(alg: &[u8], material: &[u8]) -> String {
         h.update(b"\0");
     }
     h.update(material);
-    h.finalize()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&h.finalize()[..8])
 }
 
 #[cfg(test)]

@@ -44,27 +44,26 @@ pub(crate) fn fingerprint(method: &str, params: Option<&Value>) -> String {
     let mut h = Sha256::new();
     h.update(method.as_bytes());
     h.update(b"\0");
-    let stable = match params {
-        Some(Value::Object(p)) => Value::Object(
-            p.iter()
-                .filter(|(k, _)| k.as_str() != "_meta")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        ),
+    // Key-sorted compact JSON (serde_json's map is ordered by key: no `preserve_order`),
+    // written straight into the hash: the params are not copied to leave `_meta` out.
+    let written = match params {
+        Some(Value::Object(p)) => serde_json::to_writer(&mut h, &WithoutMeta(p)),
         // No params and `{}` ask the same.
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(other) => other.clone(),
+        None | Some(Value::Null) => serde_json::to_writer(&mut h, &Map::new()),
+        Some(other) => serde_json::to_writer(&mut h, other),
     };
-    // Key-sorted: serde_json's map is ordered by key (no `preserve_order`).
-    h.update(
-        serde_json::to_string(&stable)
-            .unwrap_or_default()
-            .as_bytes(),
-    );
-    h.finalize()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    // Writing into a hash cannot fail, and a `Value` always serializes.
+    debug_assert!(written.is_ok());
+    hex::encode(&h.finalize()[..12])
+}
+
+// An object's members but `_meta`, serialized as the object would be.
+struct WithoutMeta<'a>(&'a Map<String, Value>);
+
+impl Serialize for WithoutMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().filter(|(k, _)| k.as_str() != "_meta"))
+    }
 }
 
 /// Encrypts `plain` under `key`, bound to `aad`: base64url of nonce ‖ ciphertext ‖ tag.
@@ -203,6 +202,16 @@ mod tests {
         assert_eq!(
             fingerprint("roots/list", None),
             fingerprint("roots/list", Some(&json!({})))
+        );
+    }
+
+    #[test]
+    fn a_fingerprint_is_the_digest_of_method_and_compact_key_sorted_params() {
+        // Pinned: tokens carry fingerprints from one instance (and version) to another.
+        let p = json!({"requestedSchema":{"type":"object"},"_meta":{"x":1},"message":"hi"});
+        assert_eq!(
+            fingerprint("elicitation/create", Some(&p)),
+            "72592be109d111436000d514"
         );
     }
 

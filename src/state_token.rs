@@ -318,8 +318,17 @@ pub(crate) fn random_id(bytes: usize) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(buf)
 }
 
-/// Hex digest of the principal header value (`None` → the anonymous principal).
+/// Hex digest of the principal header value (`None` → the anonymous principal, computed once:
+/// it is asked for on every request that carries no principal header).
 pub(crate) fn principal_digest(value: Option<&[u8]>) -> String {
+    static ANONYMOUS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    match value {
+        None => ANONYMOUS.get_or_init(|| digest_principal(None)).clone(),
+        v => digest_principal(v),
+    }
+}
+
+fn digest_principal(value: Option<&[u8]>) -> String {
     let mut h = Sha256::new();
     h.update(b"principal\0");
     match value {
@@ -329,31 +338,26 @@ pub(crate) fn principal_digest(value: Option<&[u8]>) -> String {
         }
         None => h.update(b"0"),
     }
-    hex(&h.finalize()[..16])
+    hex::encode(&h.finalize()[..16])
 }
 
 /// Hex digest of a request: method, target (tool/prompt name or resource uri) and the canonical
 /// (key-sorted) arguments.
 pub(crate) fn request_digest(method: &str, target: &str, arguments: &serde_json::Value) -> String {
     let mut h = Sha256::new();
-    for part in [
-        method.as_bytes(),
-        target.as_bytes(),
-        canonical_json(arguments).as_bytes(),
-    ] {
+    for part in [method.as_bytes(), target.as_bytes()] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
-    hex(&h.finalize()[..16])
+    let json = canonical_json(arguments);
+    h.update((json.len() as u64).to_be_bytes());
+    h.update(json.as_bytes());
+    hex::encode(&h.finalize()[..16])
 }
 
 /// Key-sorted compact JSON (serde_json's map is ordered by key without `preserve_order`).
 pub(crate) fn canonical_json(v: &serde_json::Value) -> String {
     serde_json::to_string(v).unwrap_or_default()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
@@ -679,5 +683,21 @@ mod tests {
         );
         assert_ne!(principal_digest(None), principal_digest(Some(b"")));
         assert_ne!(random_id(16), random_id(16));
+    }
+
+    #[test]
+    fn digests_are_pinned() {
+        // Tokens carry these from one instance (and version) to another.
+        let anonymous = "d16e4f6c5613a9ae30b30441e9da786f";
+        assert_eq!(principal_digest(None), anonymous);
+        assert_eq!(principal_digest(None), anonymous);
+        assert_eq!(
+            principal_digest(Some(b"alice")),
+            "f96699f8c5a77a6b5b66d179796b1d74"
+        );
+        assert_eq!(
+            request_digest("tools/call", "echo", &serde_json::json!({"b": "x", "a": 1})),
+            "d1d6a3624f04f8b246639bb7ea80463e"
+        );
     }
 }
