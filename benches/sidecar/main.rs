@@ -12,7 +12,8 @@
 //! Writes the table between the markers of `docs/BENCHMARKS.md` (or `MRTR_BENCH_OUT`).
 //! `MRTR_BENCH_SMOKE=1` is a seconds-long run of every phase that writes nowhere (CI runs it
 //! so that the harness cannot rot); `MRTR_BENCH_ONLY=latency|throughput|concurrency|capacity`
-//! runs one phase; `MRTR_BENCH_PROXY_WRAPPER` runs the proxy under a tool (callgrind). Every
+//! runs one phase and `MRTR_BENCH_TARGET` (part of a label, e.g. `modern`) times only the latency
+//! targets it names; `MRTR_BENCH_PROXY_WRAPPER` runs the proxy under a tool (callgrind). Every
 //! loop is bounded in count and time.
 
 #![allow(

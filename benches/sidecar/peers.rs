@@ -16,10 +16,22 @@ pub(crate) struct Server {
     child: Child,
     /// Its MCP URL.
     pub(crate) url: String,
+    /// Stopped with SIGTERM and waited for (a proxy under a profiler, which writes its output
+    /// as it exits) rather than killed.
+    graceful: bool,
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if self.graceful {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let until = Instant::now() + Duration::from_secs(60);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -100,6 +112,7 @@ pub(crate) fn start_upstream() -> Server {
     Server {
         child,
         url: line.trim().to_owned(),
+        graceful: false,
     }
 }
 
@@ -120,7 +133,11 @@ pub(crate) fn start_proxy(upstream: &str, config: &str, dir: &Path) -> Server {
         None => server_command(&bin),
     };
     let (child, url) = super::support::launch_proxy(cmd, upstream, &path);
-    Server { child, url }
+    Server {
+        child,
+        url,
+        graceful: !wrapper.is_empty(),
+    }
 }
 
 /// The nginx binary, if installed.
@@ -176,6 +193,7 @@ pub(crate) fn start_nginx(bin: &Path, upstream: &str, dir: &Path) -> Server {
     Server {
         child,
         url: format!("http://127.0.0.1:{port}{path}"),
+        graceful: false,
     }
 }
 

@@ -63,6 +63,11 @@ pub(crate) async fn latency(plan: &Plan, t: &Targets, report: &mut Report) {
         None,
     ));
     targets.push((report::PROXY_ROUND, proxy, Exchange::MrtrRound, None));
+    // `MRTR_BENCH_TARGET=modern` (a part of a label) times only the targets it names: a
+    // profile of one path.
+    if let Ok(only) = std::env::var("MRTR_BENCH_TARGET") {
+        targets.retain(|(label, ..)| label.contains(only.as_str()));
+    }
     let mut clients = Vec::new();
     for (label, ep, ex, s) in targets {
         clients.push((

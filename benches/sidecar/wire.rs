@@ -71,6 +71,15 @@ async fn connect(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
     tx
 }
 
+/// Waits until `conn` can take a request; a connection the server closed while it sat idle
+/// (its keep-alive timeout ran out while other targets were measured) is opened again, as any
+/// client would.
+async fn ready(conn: &mut SendRequest<Full<Bytes>>, addr: SocketAddr) {
+    if conn.ready().await.is_err() {
+        *conn = connect(addr).await;
+    }
+}
+
 impl Client {
     /// Opens the connections `ex` needs; `session` is the legacy session to call in.
     pub(crate) async fn open(ep: &Endpoint, ex: Exchange, session: Option<String>) -> Self {
@@ -128,7 +137,7 @@ impl Client {
     }
 
     async fn send(&mut self, req: Request<Full<Bytes>>) -> http::Response<Incoming> {
-        self.main.ready().await.expect("connection");
+        ready(&mut self.main, self.ep.addr).await;
         self.main.send_request(req).await.expect("response")
     }
 
@@ -172,7 +181,7 @@ impl Client {
                     let answer = json!({"jsonrpc":"2.0","id":msg["id"],"result":{"action":"accept","content":{"name":"B"}}});
                     let req = self.request(answer, None);
                     let side = self.side.as_mut().expect("a second connection");
-                    side.ready().await.expect("connection");
+                    ready(side, self.ep.addr).await;
                     let resp = side.send_request(req).await.expect("answer");
                     let _ = resp.into_body().collect().await;
                 } else if msg.get("result").is_some() {
