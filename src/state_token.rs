@@ -345,13 +345,14 @@ fn digest_principal(value: Option<&[u8]>) -> String {
 /// (key-sorted) arguments.
 pub(crate) fn request_digest(method: &str, target: &str, arguments: &serde_json::Value) -> String {
     let mut h = Sha256::new();
-    for part in [method.as_bytes(), target.as_bytes()] {
+    for part in [
+        method.as_bytes(),
+        target.as_bytes(),
+        canonical_json(arguments).as_bytes(),
+    ] {
         h.update((part.len() as u64).to_be_bytes());
         h.update(part);
     }
-    let json = canonical_json(arguments);
-    h.update((json.len() as u64).to_be_bytes());
-    h.update(json.as_bytes());
     hex::encode(&h.finalize()[..16])
 }
 

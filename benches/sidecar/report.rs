@@ -102,7 +102,7 @@ impl Report {
             self.added(NGINX_ROUND, DIRECT_ROUND),
             self.added(PROXY_ROUND, DIRECT_ROUND),
         );
-        let us = |v: f64| format!("+{v:.0} µs");
+        let us = |v: f64| format!("{v:+.0} µs");
         let mut row = |what: &str,
                        n: Option<f64>,
                        p: Option<f64>,
