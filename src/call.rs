@@ -137,7 +137,9 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
         inbox_tx,
         inbox_rx,
     };
-    call.ctx.tasks.clone().spawn(call.run());
+    // Boxed: the actor's future is several kilobytes, and spawning moves a future by value
+    // through the task's setup more than once; a box moves as one pointer.
+    call.ctx.tasks.clone().spawn(Box::pin(call.run()));
 }
 
 impl CallContext {

@@ -7,7 +7,7 @@ use http::{header, HeaderName, Request, Response, Uri};
 use http_body_util::BodyExt;
 
 use crate::app::App;
-use crate::body::Body;
+use crate::body::{self, Body};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::metrics::{Direction, Metrics, Outcome, RequestTimer};
@@ -64,17 +64,23 @@ pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<B
 async fn forward(app: &App, req: Request<Body>, path: &str) -> Result<Response<Body>, ProxyError> {
     let (mut parts, body) = req.into_parts();
     let upstream = app.pool.client().uri();
-    let path_and_query = match parts.uri.query() {
-        Some(q) => format!("{path}?{q}"),
-        None => path.to_owned(),
+    parts.uri = match parts.uri.query() {
+        // The common case, the MCP endpoint itself: the upstream's URI as configured.
+        None if path == upstream.path() && upstream.query().is_none() => upstream.clone(),
+        query => {
+            let path_and_query = match query {
+                Some(q) => format!("{path}?{q}"),
+                None => path.to_owned(),
+            };
+            let mut builder = Uri::builder().path_and_query(path_and_query);
+            if let (Some(s), Some(a)) = (upstream.scheme(), upstream.authority()) {
+                builder = builder.scheme(s.clone()).authority(a.clone());
+            }
+            builder
+                .build()
+                .map_err(|e| ProxyError::Internal(e.to_string()))?
+        }
     };
-    let mut builder = Uri::builder().path_and_query(path_and_query);
-    if let (Some(s), Some(a)) = (upstream.scheme(), upstream.authority()) {
-        builder = builder.scheme(s.clone()).authority(a.clone());
-    }
-    parts.uri = builder
-        .build()
-        .map_err(|e| ProxyError::Internal(e.to_string()))?;
     strip_hop_by_hop(&mut parts.headers);
     parts.headers.remove(header::HOST);
     parts.version = http::Version::HTTP_11;
@@ -87,16 +93,23 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Result<Response<B
         Ok(resp) => {
             let (mut parts, body) = resp.into_parts();
             strip_hop_by_hop(&mut parts.headers);
-            Ok(Response::from_parts(
-                parts,
-                body.map_err(Into::into).boxed(),
-            ))
+            // A small answer that has arrived whole goes out in one write.
+            let body = body::settle(body.map_err(Into::into).boxed(), body::SETTLE_MAX_BYTES).await;
+            Ok(Response::from_parts(parts, body))
         }
         Err(e) => Err(ProxyError::Upstream(e)),
     }
 }
 
+// One pass over the names (standard ones compare as enum tags) finds whether there is anything
+// to remove; the removals, each a hash of the name, run only then.
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    let is_hop = |name: &HeaderName| {
+        HOP_BY_HOP.contains(name) || *name == header::UPGRADE || name.as_str() == "keep-alive"
+    };
+    if !headers.keys().any(is_hop) {
+        return;
+    }
     for h in &HOP_BY_HOP {
         headers.remove(h);
     }

@@ -106,3 +106,35 @@ async fn a_legacy_session_is_relayed_unchanged() {
     mock.wait_deleted(1).await;
     assert!(mock.deleted().contains(&sid));
 }
+
+#[tokio::test]
+async fn a_legacy_get_stream_streams_each_event_while_it_stays_open() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let h = http();
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"legacy","version":"1"}}});
+    let (_, sid, _) = post(&h, &proxy.url(), None, init).await;
+    let sid = sid.expect("session id");
+    let get = Request::get(proxy.url())
+        .header("mcp-session-id", &sid)
+        .header("accept", "text/event-stream")
+        .body(empty())
+        .unwrap();
+    let resp = h.request(get).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    // The stream stays open upstream: the event must arrive on its own, not with the end.
+    let note = json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"});
+    mock.broadcast_on_get(note).await;
+    let mut seen = String::new();
+    while !seen.contains("list_changed") {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("the event is relayed while the stream is open")
+            .expect("the stream is still open")
+            .unwrap();
+        if let Ok(data) = frame.into_data() {
+            seen.push_str(std::str::from_utf8(&data).unwrap());
+        }
+    }
+}
