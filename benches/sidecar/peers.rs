@@ -122,21 +122,27 @@ pub(crate) fn start_proxy(upstream: &str, config: &str, dir: &Path) -> Server {
     let path = dir.join(format!("proxy-{}.toml", unique()));
     std::fs::write(&path, config).expect("proxy config");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_mrtr-proxy"));
-    let wrapper = std::env::var("MRTR_BENCH_PROXY_WRAPPER").unwrap_or_default();
-    let mut words = wrapper.split_whitespace();
-    let cmd = match words.next() {
-        Some(tool) => {
-            let mut c = server_command(Path::new(tool));
-            c.args(words).arg(&bin);
-            c
-        }
-        None => server_command(&bin),
-    };
+    let (cmd, graceful) = wrapped(&bin, "MRTR_BENCH_PROXY_WRAPPER");
     let (child, url) = super::support::launch_proxy(cmd, upstream, &path);
     Server {
         child,
         url,
-        graceful: !wrapper.is_empty(),
+        graceful,
+    }
+}
+
+// `program`, under the tool the environment variable `var` names (if any), on CPU 0 when
+// pinning; and whether it must be stopped gracefully so that the tool writes its output.
+fn wrapped(program: &Path, var: &str) -> (Command, bool) {
+    let wrapper = std::env::var(var).unwrap_or_default();
+    let mut words = wrapper.split_whitespace();
+    match words.next() {
+        Some(tool) => {
+            let mut c = server_command(Path::new(tool));
+            c.args(words).arg(program);
+            (c, true)
+        }
+        None => (server_command(program), false),
     }
 }
 
@@ -174,7 +180,9 @@ pub(crate) fn start_nginx(bin: &Path, upstream: &str, dir: &Path) -> Server {
     );
     let conf_path = prefix.join("nginx.conf");
     std::fs::write(&conf_path, conf).expect("nginx.conf");
-    let child = server_command(bin)
+    // `MRTR_BENCH_NGINX_WRAPPER` profiles the baseline the same way as the proxy.
+    let (mut cmd, graceful) = wrapped(bin, "MRTR_BENCH_NGINX_WRAPPER");
+    let child = cmd
         .arg("-p")
         .arg(&prefix)
         .arg("-c")
@@ -185,7 +193,7 @@ pub(crate) fn start_nginx(bin: &Path, upstream: &str, dir: &Path) -> Server {
         .spawn()
         .expect("spawn nginx");
     let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
-    let until = Instant::now() + Duration::from_secs(10);
+    let until = Instant::now() + Duration::from_secs(if graceful { 60 } else { 10 });
     while std::net::TcpStream::connect(addr).is_err() {
         assert!(Instant::now() < until, "nginx did not start listening");
         std::thread::sleep(Duration::from_millis(20));
@@ -193,11 +201,23 @@ pub(crate) fn start_nginx(bin: &Path, upstream: &str, dir: &Path) -> Server {
     Server {
         child,
         url: format!("http://127.0.0.1:{port}{path}"),
-        graceful: false,
+        graceful,
     }
 }
 
 pub(crate) use super::support::rss_kib;
+
+/// CPU time `pid` has had so far, in ns: every thread, user and kernel
+/// (`/proc/PID/task/*/schedstat`, scheduler-accurate rather than in clock ticks).
+pub(crate) fn cpu_ns(pid: u32) -> u64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
 
 /// Open file descriptors of `pid`.
 pub(crate) fn fds(pid: u32) -> usize {

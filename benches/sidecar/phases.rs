@@ -28,26 +28,49 @@ async fn session(ep: &Endpoint) -> String {
 
 /// Sequential latency of every target, interleaved in a random order per iteration.
 pub(crate) async fn latency(plan: &Plan, t: &Targets, report: &mut Report) {
-    let mut targets: Vec<(&'static str, Endpoint, Exchange, Option<String>)> = Vec::new();
+    // (label, endpoint, exchange, legacy session, the process in the middle whose CPU is read)
+    let mut targets: Vec<(
+        &'static str,
+        Endpoint,
+        Exchange,
+        Option<String>,
+        Option<u32>,
+    )> = Vec::new();
     let direct = t.direct();
     let proxy = t.proxy();
+    let proxy_pid = Some(t.proxy.pid());
     let s = session(&direct).await;
     targets.push((
         report::DIRECT_CALL,
         direct.clone(),
         Exchange::LegacyCall,
         Some(s.clone()),
+        None,
     ));
-    targets.push((report::DIRECT_ROUND, direct, Exchange::LegacyRound, Some(s)));
-    if let Some(nginx) = t.nginx() {
+    targets.push((
+        report::DIRECT_ROUND,
+        direct,
+        Exchange::LegacyRound,
+        Some(s),
+        None,
+    ));
+    if let (Some(nginx), Some(server)) = (t.nginx(), t.nginx.as_ref()) {
         let s = session(&nginx).await;
+        let pid = Some(server.pid());
         targets.push((
             report::NGINX_CALL,
             nginx.clone(),
             Exchange::LegacyCall,
             Some(s.clone()),
+            pid,
         ));
-        targets.push((report::NGINX_ROUND, nginx, Exchange::LegacyRound, Some(s)));
+        targets.push((
+            report::NGINX_ROUND,
+            nginx,
+            Exchange::LegacyRound,
+            Some(s),
+            pid,
+        ));
     }
     let s = session(&proxy).await;
     targets.push((
@@ -55,42 +78,73 @@ pub(crate) async fn latency(plan: &Plan, t: &Targets, report: &mut Report) {
         proxy.clone(),
         Exchange::LegacyCall,
         Some(s),
+        proxy_pid,
     ));
     targets.push((
         report::PROXY_MODERN_CALL,
         proxy.clone(),
         Exchange::ModernCall,
         None,
+        proxy_pid,
     ));
-    targets.push((report::PROXY_ROUND, proxy, Exchange::MrtrRound, None));
+    targets.push((
+        report::PROXY_ROUND,
+        proxy,
+        Exchange::MrtrRound,
+        None,
+        proxy_pid,
+    ));
     // `MRTR_BENCH_TARGET=modern` (a part of a label) times only the targets it names: a
     // profile of one path.
     if let Ok(only) = std::env::var("MRTR_BENCH_TARGET") {
         targets.retain(|(label, ..)| label.contains(only.as_str()));
     }
     let mut clients = Vec::new();
-    for (label, ep, ex, s) in targets {
-        clients.push((
+    for (label, ep, ex, s, pid) in targets {
+        clients.push(Timed {
             label,
             ex,
-            Client::open(&ep, ex, s).await,
-            Vec::new(),
-            Vec::new(),
-        ));
+            client: Client::open(&ep, ex, s).await,
+            pid,
+            p50s: Vec::new(),
+            p99s: Vec::new(),
+            cpu: Vec::new(),
+        });
     }
     for round in 0..plan.rounds {
         let order = shuffled((0..clients.len()).collect::<Vec<_>>());
         for i in order {
-            let (_, ex, client, p50s, p99s) = &mut clients[i];
-            let lat = load::sequential(client, *ex, plan.warmup, plan.iterations).await;
-            p50s.push(us(quantile(&lat, 0.5)));
-            p99s.push(us(quantile(&lat, 0.99)));
+            let c = &mut clients[i];
+            // CPU time of the process in the middle (all its threads, kernel included) over
+            // the whole run, warm-up too, per exchange.
+            let cpu_before = c.pid.map(peers::cpu_ns);
+            let lat = load::sequential(&mut c.client, c.ex, plan.warmup, plan.iterations).await;
+            if let (Some(pid), Some(before)) = (c.pid, cpu_before) {
+                let n = (plan.warmup + plan.iterations) as f64;
+                c.cpu
+                    .push(peers::cpu_ns(pid).saturating_sub(before) as f64 / 1000.0 / n);
+            }
+            c.p50s.push(us(quantile(&lat, 0.5)));
+            c.p99s.push(us(quantile(&lat, 0.99)));
         }
         println!("latency: iteration {} of {} done", round + 1, plan.rounds);
     }
-    for (label, _, _, p50s, p99s) in clients {
-        report.latency(label, median(p50s), median(p99s));
+    for c in clients {
+        let cpu = (!c.cpu.is_empty()).then(|| median(c.cpu));
+        report.latency(c.label, median(c.p50s), median(c.p99s), cpu);
     }
+}
+
+/// One latency target: its client, and what each iteration measured.
+struct Timed {
+    label: &'static str,
+    ex: Exchange,
+    client: Client,
+    pid: Option<u32>,
+    p50s: Vec<f64>,
+    p99s: Vec<f64>,
+    /// µs of CPU of the process in the middle per exchange.
+    cpu: Vec<f64>,
 }
 
 /// Requests per second at 32 connections, interleaved like latency.

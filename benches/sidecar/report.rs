@@ -43,6 +43,8 @@ pub(crate) struct Report {
     rounds: usize,
     iterations: usize,
     latency: BTreeMap<&'static str, (f64, f64)>,
+    /// µs of CPU of the process in the middle per exchange.
+    cpu: BTreeMap<&'static str, f64>,
     throughput: BTreeMap<&'static str, f64>,
     concurrency: Vec<(usize, f64, Duration, Duration)>,
     capacity: Option<Capacity>,
@@ -57,6 +59,7 @@ impl Report {
             rounds: plan.rounds,
             iterations: plan.iterations,
             latency: BTreeMap::new(),
+            cpu: BTreeMap::new(),
             throughput: BTreeMap::new(),
             concurrency: Vec::new(),
             capacity: None,
@@ -64,8 +67,17 @@ impl Report {
         }
     }
 
-    pub(crate) fn latency(&mut self, label: &'static str, p50_us: f64, p99_us: f64) {
+    pub(crate) fn latency(
+        &mut self,
+        label: &'static str,
+        p50_us: f64,
+        p99_us: f64,
+        cpu_us: Option<f64>,
+    ) {
         self.latency.insert(label, (p50_us, p99_us));
+        if let Some(c) = cpu_us {
+            self.cpu.insert(label, c);
+        }
     }
 
     pub(crate) fn throughput(&mut self, label: &'static str, rate: f64) {
@@ -181,9 +193,13 @@ impl Report {
     fn details(&self) -> String {
         let mut t = String::new();
         let _ = writeln!(t, "Sequential latency, one keep-alive connection (median over {} iterations of {} exchanges each):\n", self.rounds, self.iterations);
-        t.push_str("| target | p50 | p99 |\n|---|---|---|\n");
+        t.push_str("| target | p50 | p99 | CPU per exchange of the process in the middle (all threads, kernel included) |\n|---|---|---|---|\n");
         for (label, (p50, p99)) in &self.latency {
-            let _ = writeln!(t, "| {label} | {p50:.0} µs | {p99:.0} µs |");
+            let cpu = self
+                .cpu
+                .get(label)
+                .map_or("–".into(), |c| format!("{c:.1} µs"));
+            let _ = writeln!(t, "| {label} | {p50:.0} µs | {p99:.0} µs | {cpu} |");
         }
         t.push_str("\nThroughput, 32 connections, closed loop (median over iterations):\n\n| target | req/s |\n|---|---|\n");
         for (label, rate) in &self.throughput {
@@ -218,8 +234,9 @@ impl Report {
     /// Prints the tables and, unless a smoke run, writes them into the docs.
     pub(crate) fn finish(self, took: Duration) {
         let body = format!(
-            "{}\n\n{}\n\n{}\n\nMachine: {}. Date: {}. Command: `cargo bench --bench sidecar` ({:.0} s).",
+            "{}\n\n{}\n\n{}\n\n{}\n\nMachine: {}. Date: {}. Command: `cargo bench --bench sidecar` ({:.0} s).",
             self.targets(),
+            self.cpu_line(),
             self.capacity_line(),
             self.details(),
             machine(),
@@ -234,6 +251,28 @@ impl Report {
             write_between_markers(path, &body);
             println!("written to {}", path.display());
         }
+    }
+
+    // The whole cost of the middle process, kernel included: what the latency differences are
+    // made of once cross-CPU wake-ups are taken out.
+    fn cpu_line(&self) -> String {
+        let pair =
+            |what: &str, nginx: &str, proxy: &str| match (self.cpu.get(nginx), self.cpu.get(proxy))
+            {
+                (Some(n), Some(p)) => {
+                    format!(
+                        "{what}: nginx {n:.1} µs, mrtr-proxy {p:.1} µs ({:.2}×)",
+                        p / n.max(1e-9)
+                    )
+                }
+                _ => format!("{what}: –"),
+            };
+        format!(
+            "CPU per exchange of the process in the middle (all threads, kernel included): {}; {}; {}.",
+            pair("legacy call", NGINX_CALL, PROXY_LEGACY_CALL),
+            pair("modern call (vs nginx's legacy call)", NGINX_CALL, PROXY_MODERN_CALL),
+            pair("round (legacy round vs MRTR round)", NGINX_ROUND, PROXY_ROUND),
+        )
     }
 
     fn capacity_line(&self) -> String {
