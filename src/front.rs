@@ -530,6 +530,6 @@ async fn discover(
         scope: app.config.cache_scope,
     };
     let result = rewrite::discover_result(session.init_result(), session.version(), ctx);
-    let body = crate::jsonrpc::response_bytes(&req.id, &result.to_string());
+    let body = crate::jsonrpc::response_bytes(&req.id, &crate::jsonrpc::text(&result));
     Ok(edge::json(StatusCode::OK, HeaderMap::new(), body))
 }

@@ -86,7 +86,7 @@ pub(crate) fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> St
             m.entry(META_SERVER_INFO).or_insert_with(|| info.clone());
         }
     }
-    Value::Object(obj).to_string()
+    crate::jsonrpc::text(&Value::Object(obj))
 }
 
 fn splice(raw: &str, method: &str, ctx: RewriteCtx<'_>) -> String {

@@ -88,7 +88,7 @@ impl Call {
         self.poison_lease();
         for (id, kind) in self.rounds.abandon() {
             let res = match input::cancel_answer(kind) {
-                Some(a) => session.answer(&id, Ok(&a.to_string())).await,
+                Some(a) => session.answer(&id, Ok(&crate::jsonrpc::text(&a))).await,
                 None => {
                     let e = ErrorObject {
                         code: INTERNAL_ERROR,

@@ -102,7 +102,7 @@ pub(crate) fn key(method: &str, target: &str, capabilities: &Value) -> u64 {
     method.hash(&mut h);
     target.hash(&mut h);
     // Object keys come out sorted, so equal declarations hash alike.
-    capabilities.to_string().hash(&mut h);
+    crate::jsonrpc::text(capabilities).hash(&mut h);
     h.finish()
 }
 

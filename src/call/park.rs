@@ -118,7 +118,7 @@ impl Call {
         let result = rounds::input_required(&round, &token, self.server_info());
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
-        let body = jsonrpc::response_bytes(&leg.id, &result.to_string());
+        let body = jsonrpc::response_bytes(&leg.id, &jsonrpc::text(&result));
         leg.finish(Outcome::round(body, round.number)).await;
         self.phase = Phase::Parked {
             since: Instant::now(),
@@ -197,7 +197,7 @@ async fn deliver(
         return Err(UpstreamError::Closed);
     };
     for (id, answer) in deliveries {
-        session.answer(&id, Ok(&answer.to_string())).await?;
+        session.answer(&id, Ok(&jsonrpc::text(&answer))).await?;
     }
     Ok(())
 }

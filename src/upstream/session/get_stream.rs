@@ -57,7 +57,7 @@ impl Session {
     pub(crate) async fn answer_default(&self, msg: &Message) {
         let Some(id) = msg.id.as_ref() else { return };
         let answer = default_answer(msg.method(), &self.default_roots);
-        let text = answer.as_ref().map(|v| v.to_string());
+        let text = answer.as_ref().map(crate::jsonrpc::text);
         let res = match &text {
             Ok(s) => self.answer(id.get(), Ok(s)).await,
             Err(e) => self.answer(id.get(), Err(e)).await,
