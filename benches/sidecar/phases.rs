@@ -26,16 +26,19 @@ async fn session(ep: &Endpoint) -> String {
         .await
 }
 
+/// A latency target: label, endpoint, exchange, legacy session, and the process in the middle
+/// whose CPU is read.
+type Target = (
+    &'static str,
+    Endpoint,
+    Exchange,
+    Option<String>,
+    Option<u32>,
+);
+
 /// Sequential latency of every target, interleaved in a random order per iteration.
 pub(crate) async fn latency(plan: &Plan, t: &Targets, report: &mut Report) {
-    // (label, endpoint, exchange, legacy session, the process in the middle whose CPU is read)
-    let mut targets: Vec<(
-        &'static str,
-        Endpoint,
-        Exchange,
-        Option<String>,
-        Option<u32>,
-    )> = Vec::new();
+    let mut targets: Vec<Target> = Vec::new();
     let direct = t.direct();
     let proxy = t.proxy();
     let proxy_pid = Some(t.proxy.pid());

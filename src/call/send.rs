@@ -11,6 +11,10 @@ use crate::error::ProxyError;
 use crate::upstream::{MessageStream, ResponseStream, Session, UpstreamError};
 
 /// How the wait for a request's response headers ended.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per request and matched at once, never stored: a box would only add an allocation"
+)]
 enum BeforeHeaders {
     Arrived(Result<MessageStream, UpstreamError>),
     /// The upstream asked for input on the GET stream first (a JSON-mode upstream sends headers

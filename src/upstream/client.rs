@@ -1,14 +1,26 @@
 //! The HTTP client for the one configured upstream, and how talking to it fails.
+//!
+//! One origin, HTTP/1.1, so the client is hyper's connection API and a stack of idle
+//! connections, not a general pool: a connection goes back on the stack when its response body
+//! ends (a body dropped before its end closes it), a request takes the most recently used one
+//! (or connects), and one refused before it was sent is tried once more on a new connection.
+//! hyper-util's pool did the same for any number of origins, hashing the origin on every
+//! checkout and every return (~8k instructions a request, `docs/BENCHMARKS.md`).
 
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
-use http::{Request, Response, StatusCode, Uri};
+use bytes::Bytes;
+use http::header::HOST;
+use http::{HeaderValue, Request, Response, StatusCode, Uri};
+use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use tokio::time::Instant;
 
 use crate::body::Body;
 use crate::sse::SseError;
@@ -103,12 +115,127 @@ impl UpstreamError {
 /// HTTP client for the one configured upstream.
 #[derive(Debug, Clone)]
 pub(crate) struct UpstreamClient {
-    http: Client<HttpConnector, Body>,
+    idle: Arc<Idle>,
     uri: Uri,
+    /// `Host` for every request: the URI's authority.
+    host: HeaderValue,
     timeout: Duration,
     max_event_bytes: usize,
     /// False since a connection to the upstream failed, until one succeeds again.
     reachable: Arc<AtomicBool>,
+}
+
+/// How long an idle connection is kept.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a connection whose body was dropped unfinished may take to be ready again.
+const READY_AFTER_DROP: Duration = Duration::from_secs(5);
+
+/// Idle connections, the most recently used last.
+#[derive(Debug)]
+struct Idle {
+    conns: Mutex<Vec<(SendRequest<Body>, Instant)>>,
+    /// At most this many are kept: every session ever closed would otherwise leave its
+    /// connections (buffers and file descriptors) behind.
+    max: usize,
+}
+
+impl Idle {
+    fn put(&self, conn: SendRequest<Body>) {
+        if conn.is_closed() {
+            return;
+        }
+        if let Ok(mut conns) = self.conns.lock() {
+            if conns.len() < self.max {
+                conns.push((conn, Instant::now()));
+            }
+        }
+    }
+
+    // The most recently used connection still open and not idle too long; older ones that
+    // timed out are closed on the way (dropped).
+    fn take(&self) -> Option<SendRequest<Body>> {
+        let mut conns = self.conns.lock().ok()?;
+        while let Some((conn, since)) = conns.pop() {
+            if !conn.is_closed() && since.elapsed() < IDLE_TIMEOUT {
+                return Some(conn);
+            }
+        }
+        None
+    }
+
+    fn close_timed_out(&self) {
+        if let Ok(mut conns) = self.conns.lock() {
+            conns.retain(|(conn, since)| !conn.is_closed() && since.elapsed() < IDLE_TIMEOUT);
+        }
+    }
+}
+
+/// A response body from the upstream; its connection goes back to the idle stack when it ends.
+#[derive(Debug)]
+pub(crate) struct UpstreamBody {
+    body: Incoming,
+    conn: Option<(SendRequest<Body>, Arc<Idle>)>,
+}
+
+impl UpstreamBody {
+    fn check_in(&mut self) {
+        if let Some((conn, idle)) = self.conn.take() {
+            idle.put(conn);
+        }
+    }
+}
+
+impl Drop for UpstreamBody {
+    // A reader that took the message it wanted may drop the body without reading its end (the
+    // SSE stream of a call after its result): the connection is kept once it is ready for the
+    // next request, which it is at once when the response had arrived whole. A body cut short
+    // makes hyper close its connection instead.
+    fn drop(&mut self) {
+        let Some((mut conn, idle)) = self.conn.take() else {
+            return;
+        };
+        if conn.is_ready() {
+            return idle.put(conn);
+        }
+        if conn.is_closed() {
+            return;
+        }
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Ok(Ok(())) = tokio::time::timeout(READY_AFTER_DROP, conn.ready()).await {
+                    idle.put(conn);
+                }
+            });
+        }
+    }
+}
+
+impl HttpBody for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
+        // A reader may stop at the last frame without asking for the end (hyper's server does,
+        // for a body of known length): the end is noticed here too.
+        match &frame {
+            None => self.check_in(),
+            Some(Ok(_)) if self.body.is_end_stream() => self.check_in(),
+            Some(_) => {}
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 impl UpstreamClient {
@@ -119,18 +246,16 @@ impl UpstreamClient {
         max_event_bytes: usize,
         max_idle: usize,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeout));
-        connector.set_nodelay(true);
-        let http = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            // Unbounded, every session ever closed left its connection here for 30 s: thousands
-            // of expired calls kept their buffers (and file descriptors) after they were gone.
-            .pool_max_idle_per_host(max_idle)
-            .build(connector);
+        let authority = uri.authority().map_or("localhost", |a| a.as_str());
+        let host = HeaderValue::from_str(authority)
+            .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Self {
-            http,
+            idle: Arc::new(Idle {
+                conns: Mutex::new(Vec::new()),
+                max: max_idle,
+            }),
             uri,
+            host,
             timeout,
             max_event_bytes,
             reachable: Arc::new(AtomicBool::new(true)),
@@ -154,7 +279,7 @@ impl UpstreamClient {
     pub(crate) async fn send(
         &self,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         match tokio::time::timeout(self.timeout, self.send_untimed(req)).await {
             Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout),
@@ -167,20 +292,85 @@ impl UpstreamClient {
     /// [`UpstreamError::Connect`].
     pub(crate) async fn send_untimed(
         &self,
-        req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        match self.http.request(req).await {
-            Ok(resp) => {
-                self.reachable.store(true, Ordering::Relaxed);
-                Ok(resp)
-            }
-            Err(e) => {
-                if e.is_connect() {
-                    self.reachable.store(false, Ordering::Relaxed);
-                }
-                Err(UpstreamError::Connect(e.to_string()))
-            }
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        // Origin-form with a `Host`, as an HTTP/1.1 request to an origin server is written.
+        req.headers_mut()
+            .entry(HOST)
+            .or_insert_with(|| self.host.clone());
+        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        if req.uri().scheme().is_some() {
+            *req.uri_mut() = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));
         }
+        // A connection from the stack may have been closed by the upstream while idle: a
+        // request it refused unsent goes once more, on a new connection.
+        let (mut conn, reused) = match self.idle.take() {
+            Some(c) => (c, true),
+            None => (self.connect().await?, false),
+        };
+        let failed = match ready_then_send(&mut conn, req).await {
+            Ok(resp) => return Ok(self.checked_out(resp, conn)),
+            Err(e) => e,
+        };
+        let (error, unsent) = failed;
+        match unsent {
+            Some(req) if reused => {
+                let mut conn = self.connect().await?;
+                match ready_then_send(&mut conn, req).await {
+                    Ok(resp) => Ok(self.checked_out(resp, conn)),
+                    Err((e, _)) => Err(UpstreamError::Connect(e.to_string())),
+                }
+            }
+            _ => Err(UpstreamError::Connect(error.to_string())),
+        }
+    }
+
+    fn checked_out(
+        &self,
+        resp: Response<Incoming>,
+        conn: SendRequest<Body>,
+    ) -> Response<UpstreamBody> {
+        self.reachable.store(true, Ordering::Relaxed);
+        let idle = Arc::clone(&self.idle);
+        resp.map(|body| UpstreamBody {
+            body,
+            conn: Some((conn, idle)),
+        })
+    }
+
+    // A new connection (bounded by the timeout), its task spawned.
+    async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
+        let host = self.uri.host().unwrap_or("127.0.0.1");
+        let port = self.uri.port_u16().unwrap_or(80);
+        let stream =
+            match tokio::time::timeout(self.timeout, tokio::net::TcpStream::connect((host, port)))
+                .await
+            {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(self.unreachable(format!("tcp connect error: {e}"))),
+                Err(_) => return Err(self.unreachable("tcp connect timed out".into())),
+            };
+        // Small JSON-RPC writes: Nagle would hold them behind delayed ACKs.
+        let _ = stream.set_nodelay(true);
+        let (conn, task) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| self.unreachable(e.to_string()))?;
+        tokio::spawn(async move {
+            if let Err(e) = task.await {
+                tracing::debug!(error = %e, "upstream connection ended with an error");
+            }
+        });
+        Ok(conn)
+    }
+
+    fn unreachable(&self, why: String) -> UpstreamError {
+        self.reachable.store(false, Ordering::Relaxed);
+        UpstreamError::Connect(why)
+    }
+
+    /// Closes idle connections kept longer than they may be.
+    pub(crate) fn close_idle(&self) {
+        self.idle.close_timed_out();
     }
 
     /// False since the last attempt to reach the upstream failed to connect.
@@ -202,5 +392,142 @@ impl UpstreamClient {
     /// The configured connect + response-header timeout.
     pub(crate) fn timeout(&self) -> Duration {
         self.timeout
+    }
+}
+
+// Waits for `conn` to take a request, then sends `req`; on failure, the error and the request
+// if it was never written (so it can go on another connection).
+async fn ready_then_send(
+    conn: &mut SendRequest<Body>,
+    req: Request<Body>,
+) -> Result<Response<Incoming>, (hyper::Error, Option<Request<Body>>)> {
+    if let Err(e) = conn.ready().await {
+        return Err((e, Some(req)));
+    }
+    conn.try_send_request(req).await.map_err(|mut e| {
+        let unsent = e.take_message();
+        (e.into_error(), unsent)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use http_body_util::BodyExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::*;
+
+    const WHOLE: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n";
+    const CUT_SHORT: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+
+    // A keep-alive server on loopback: the `n`th connection answers every request with
+    // `answer(n)`; returns the URL and how many connections it accepted.
+    async fn server(answer: fn(usize) -> &'static [u8]) -> (Uri, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let uri: Uri = format!("http://{}/mcp", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = Arc::clone(&accepted);
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 1024];
+                    while let Ok(read) = s.read(&mut chunk).await {
+                        if read == 0 {
+                            return;
+                        }
+                        buf.extend_from_slice(&chunk[..read]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            if s.write_all(answer(n)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        (uri, accepted)
+    }
+
+    fn get(uri: &Uri) -> Request<Body> {
+        Request::get(uri.clone())
+            .body(crate::body::empty())
+            .unwrap()
+    }
+
+    fn client(uri: Uri) -> UpstreamClient {
+        UpstreamClient::new(uri, Duration::from_secs(10), 1 << 20, 8)
+    }
+
+    // Lets the connection tasks run until `idle` holds `n` connections (bounded).
+    async fn until_idle(c: &UpstreamClient, n: usize) {
+        for _ in 0..1000 {
+            if c.idle.conns.lock().unwrap().len() == n {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("the idle stack never held {n} connections");
+    }
+
+    #[tokio::test]
+    async fn a_connection_is_reused_once_its_response_was_read_to_the_end() {
+        let (uri, accepted) = server(|_| WHOLE).await;
+        let c = client(uri.clone());
+        for _ in 0..3 {
+            let resp = c.send(get(&uri)).await.unwrap();
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            assert_eq!(&body[..], b"hello");
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_after_its_message_but_before_its_end_keeps_its_connection() {
+        let (uri, accepted) = server(|_| WHOLE).await;
+        let c = client(uri.clone());
+        let mut body = c.send(get(&uri)).await.unwrap().into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(&first[..], b"hello");
+        drop(body);
+        until_idle(&c, 1).await;
+        let resp = c.send(get(&uri)).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_body_dropped_mid_stream_closes_its_connection_and_the_next_request_connects() {
+        let (uri, accepted) = server(|n| if n == 0 { CUT_SHORT } else { WHOLE }).await;
+        let c = client(uri.clone());
+        let mut body = c.send(get(&uri)).await.unwrap().into_body();
+        let _ = body.frame().await.unwrap().unwrap();
+        drop(body);
+        let resp = c.send(get(&uri)).await.unwrap();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"hello");
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error_and_marks_the_upstream_unreachable() {
+        // A port nothing listens on: bound, then closed.
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        let uri: Uri = format!("http://{addr}/mcp").parse().unwrap();
+        let c = client(uri.clone());
+        let err = c.send(get(&uri)).await.unwrap_err();
+        assert!(matches!(err, UpstreamError::Connect(_)), "{err:?}");
+        assert!(!c.is_reachable());
     }
 }

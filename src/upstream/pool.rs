@@ -178,7 +178,7 @@ impl SessionPool {
         let legacy = legacy_capabilities(capabilities);
         let key = PoolKey {
             principal: principal.to_owned(),
-            capabilities: legacy.to_string(),
+            capabilities: crate::jsonrpc::text(&legacy),
         };
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         let permit = match self.acquire(&key).await? {
@@ -291,6 +291,7 @@ impl SessionPool {
 
     /// Closes idle sessions older than the idle timeout. Returns how many were closed.
     pub(crate) async fn reap_idle(&self) -> usize {
+        self.client().close_idle();
         let cutoff = Instant::now().checked_sub(self.cfg.idle_timeout);
         let mut stale = Vec::new();
         if let Ok(mut idle) = self.idle.lock() {

@@ -260,7 +260,7 @@ impl Session {
     pub(crate) async fn post(
         &self,
         body: Vec<u8>,
-    ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+    ) -> Result<http::Response<super::client::UpstreamBody>, UpstreamError> {
         self.post_with(body, true).await
     }
 
@@ -268,7 +268,7 @@ impl Session {
         &self,
         body: Vec<u8>,
         header_timeout: bool,
-    ) -> Result<http::Response<hyper::body::Incoming>, UpstreamError> {
+    ) -> Result<http::Response<super::client::UpstreamBody>, UpstreamError> {
         let req = self
             .request_builder(Method::POST)
             .body(body::full(body))

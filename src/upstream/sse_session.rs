@@ -11,7 +11,6 @@ use std::sync::{Arc, Weak};
 use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
 use super::client::{UpstreamClient, UpstreamError};
 use super::link::{Link, Sink, SinkFuture};
@@ -117,7 +116,7 @@ pub(crate) async fn open(
 }
 
 struct EventReader {
-    body: Incoming,
+    body: super::client::UpstreamBody,
     decoder: SseDecoder,
     queue: std::collections::VecDeque<Event>,
 }

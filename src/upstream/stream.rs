@@ -7,9 +7,8 @@ use std::pin::Pin;
 use bytes::{Bytes, BytesMut};
 use http::Response;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 
-use super::client::UpstreamError;
+use super::client::{UpstreamBody, UpstreamError};
 use super::link::Routed;
 use crate::sse::{SseDecoder, SseError};
 
@@ -95,7 +94,7 @@ pub(crate) struct MessageStream {
 
 #[derive(Debug)]
 enum Source {
-    Http(Incoming),
+    Http(UpstreamBody),
     Link(Routed),
 }
 
@@ -107,7 +106,7 @@ enum Mode {
 
 impl MessageStream {
     /// Wraps a response; the content type picks JSON or SSE.
-    pub(crate) fn new(resp: Response<Incoming>, max_event_bytes: usize) -> Self {
+    pub(crate) fn new(resp: Response<UpstreamBody>, max_event_bytes: usize) -> Self {
         let sse = resp
             .headers()
             .get(http::header::CONTENT_TYPE)

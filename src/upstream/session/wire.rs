@@ -119,7 +119,7 @@ pub(super) fn base_request(
 }
 
 pub(super) async fn drain(
-    resp: http::Response<hyper::body::Incoming>,
+    resp: http::Response<crate::upstream::client::UpstreamBody>,
     deadline: std::time::Duration,
 ) -> Result<(), UpstreamError> {
     use http_body_util::BodyExt;
