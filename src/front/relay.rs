@@ -13,13 +13,15 @@ use crate::error::ProxyError;
 use crate::metrics::{Direction, Metrics, Outcome, RequestTimer};
 
 // Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded.
-const HOP_BY_HOP: [HeaderName; 6] = [
+const HOP_BY_HOP: [HeaderName; 8] = [
     header::CONNECTION,
     header::PROXY_AUTHENTICATE,
     header::PROXY_AUTHORIZATION,
     header::TE,
     header::TRAILER,
     header::TRANSFER_ENCODING,
+    header::UPGRADE,
+    HeaderName::from_static("keep-alive"),
 ];
 
 /// Relays `req` to the upstream's MCP endpoint and streams the response back, counting the
@@ -101,18 +103,13 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Result<Response<B
     }
 }
 
-// One pass over the names (standard ones compare as enum tags) finds whether there is anything
-// to remove; the removals, each a hash of the name, run only then.
+// One pass over the names (cheap comparisons) finds whether there is anything to remove; the
+// removals, each a hash of the name, run only then.
 fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    let is_hop = |name: &HeaderName| {
-        HOP_BY_HOP.contains(name) || *name == header::UPGRADE || name.as_str() == "keep-alive"
-    };
-    if !headers.keys().any(is_hop) {
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
         return;
     }
     for h in &HOP_BY_HOP {
         headers.remove(h);
     }
-    headers.remove("keep-alive");
-    headers.remove(header::UPGRADE);
 }

@@ -7,23 +7,23 @@
 //! hyper-util's pool did the same for any number of origins, hashing the origin on every
 //! checkout and every return (~8k instructions a request, `docs/BENCHMARKS.md`).
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{ready, Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::header::HOST;
 use http::{HeaderValue, Request, Response, StatusCode, Uri};
-use http_body::{Body as HttpBody, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use tokio::time::Instant;
 
 use crate::body::Body;
 use crate::sse::SseError;
+
+mod idle;
+
+use idle::Idle;
+pub(crate) use idle::UpstreamBody;
 
 /// A failure talking to the upstream.
 #[derive(Debug, thiserror::Error)]
@@ -125,119 +125,6 @@ pub(crate) struct UpstreamClient {
     reachable: Arc<AtomicBool>,
 }
 
-/// How long an idle connection is kept.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a connection whose body was dropped unfinished may take to be ready again.
-const READY_AFTER_DROP: Duration = Duration::from_secs(5);
-
-/// Idle connections, the most recently used last.
-#[derive(Debug)]
-struct Idle {
-    conns: Mutex<Vec<(SendRequest<Body>, Instant)>>,
-    /// At most this many are kept: every session ever closed would otherwise leave its
-    /// connections (buffers and file descriptors) behind.
-    max: usize,
-}
-
-impl Idle {
-    fn put(&self, conn: SendRequest<Body>) {
-        if conn.is_closed() {
-            return;
-        }
-        if let Ok(mut conns) = self.conns.lock() {
-            if conns.len() < self.max {
-                conns.push((conn, Instant::now()));
-            }
-        }
-    }
-
-    // The most recently used connection still open and not idle too long; older ones that
-    // timed out are closed on the way (dropped).
-    fn take(&self) -> Option<SendRequest<Body>> {
-        let mut conns = self.conns.lock().ok()?;
-        while let Some((conn, since)) = conns.pop() {
-            if !conn.is_closed() && since.elapsed() < IDLE_TIMEOUT {
-                return Some(conn);
-            }
-        }
-        None
-    }
-
-    fn close_timed_out(&self) {
-        if let Ok(mut conns) = self.conns.lock() {
-            conns.retain(|(conn, since)| !conn.is_closed() && since.elapsed() < IDLE_TIMEOUT);
-        }
-    }
-}
-
-/// A response body from the upstream; its connection goes back to the idle stack when it ends.
-#[derive(Debug)]
-pub(crate) struct UpstreamBody {
-    body: Incoming,
-    conn: Option<(SendRequest<Body>, Arc<Idle>)>,
-}
-
-impl UpstreamBody {
-    fn check_in(&mut self) {
-        if let Some((conn, idle)) = self.conn.take() {
-            idle.put(conn);
-        }
-    }
-}
-
-impl Drop for UpstreamBody {
-    // A reader that took the message it wanted may drop the body without reading its end (the
-    // SSE stream of a call after its result): the connection is kept once it is ready for the
-    // next request, which it is at once when the response had arrived whole. A body cut short
-    // makes hyper close its connection instead.
-    fn drop(&mut self) {
-        let Some((mut conn, idle)) = self.conn.take() else {
-            return;
-        };
-        if conn.is_ready() {
-            return idle.put(conn);
-        }
-        if conn.is_closed() {
-            return;
-        }
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                if let Ok(Ok(())) = tokio::time::timeout(READY_AFTER_DROP, conn.ready()).await {
-                    idle.put(conn);
-                }
-            });
-        }
-    }
-}
-
-impl HttpBody for UpstreamBody {
-    type Data = Bytes;
-    type Error = hyper::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        let frame = ready!(Pin::new(&mut self.body).poll_frame(cx));
-        // A reader may stop at the last frame without asking for the end (hyper's server does,
-        // for a body of known length): the end is noticed here too.
-        match &frame {
-            None => self.check_in(),
-            Some(Ok(_)) if self.body.is_end_stream() => self.check_in(),
-            Some(_) => {}
-        }
-        Poll::Ready(frame)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 impl UpstreamClient {
     /// A client for `uri`, keeping at most `max_idle` idle connections to it.
     pub(crate) fn new(
@@ -250,10 +137,7 @@ impl UpstreamClient {
         let host = HeaderValue::from_str(authority)
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
         Self {
-            idle: Arc::new(Idle {
-                conns: Mutex::new(Vec::new()),
-                max: max_idle,
-            }),
+            idle: Arc::new(Idle::new(max_idle)),
             uri,
             host,
             timeout,
@@ -298,9 +182,10 @@ impl UpstreamClient {
         req.headers_mut()
             .entry(HOST)
             .or_insert_with(|| self.host.clone());
-        let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
         if req.uri().scheme().is_some() {
-            *req.uri_mut() = Uri::try_from(path).unwrap_or_else(|_| Uri::from_static("/"));
+            let mut origin = http::uri::Parts::default();
+            origin.path_and_query = req.uri().path_and_query().cloned();
+            *req.uri_mut() = Uri::from_parts(origin).unwrap_or_else(|_| Uri::from_static("/"));
         }
         // A connection from the stack may have been closed by the upstream while idle: a
         // request it refused unsent goes once more, on a new connection.
@@ -308,11 +193,10 @@ impl UpstreamClient {
             Some(c) => (c, true),
             None => (self.connect().await?, false),
         };
-        let failed = match ready_then_send(&mut conn, req).await {
+        let (error, unsent) = match ready_then_send(&mut conn, req).await {
             Ok(resp) => return Ok(self.checked_out(resp, conn)),
-            Err(e) => e,
+            Err(failed) => failed,
         };
-        let (error, unsent) = failed;
         match unsent {
             Some(req) if reused => {
                 let mut conn = self.connect().await?;
@@ -331,19 +215,21 @@ impl UpstreamClient {
         conn: SendRequest<Body>,
     ) -> Response<UpstreamBody> {
         self.reachable.store(true, Ordering::Relaxed);
-        let idle = Arc::clone(&self.idle);
-        resp.map(|body| UpstreamBody {
-            body,
-            conn: Some((conn, idle)),
-        })
+        resp.map(|body| UpstreamBody::new(body, conn, &self.idle))
+    }
+
+    // Where the upstream listens.
+    fn addr(&self) -> (&str, u16) {
+        (
+            self.uri.host().unwrap_or("127.0.0.1"),
+            self.uri.port_u16().unwrap_or(80),
+        )
     }
 
     // A new connection (bounded by the timeout), its task spawned.
     async fn connect(&self) -> Result<SendRequest<Body>, UpstreamError> {
-        let host = self.uri.host().unwrap_or("127.0.0.1");
-        let port = self.uri.port_u16().unwrap_or(80);
         let stream =
-            match tokio::time::timeout(self.timeout, tokio::net::TcpStream::connect((host, port)))
+            match tokio::time::timeout(self.timeout, tokio::net::TcpStream::connect(self.addr()))
                 .await
             {
                 Ok(Ok(s)) => s,
@@ -381,9 +267,7 @@ impl UpstreamClient {
     /// Opens (and closes) a TCP connection to the upstream: the cheap liveness check readiness
     /// follows between requests. Records and returns whether it connected.
     pub(crate) async fn check_connect(&self) -> bool {
-        let host = self.uri.host().unwrap_or("127.0.0.1");
-        let port = self.uri.port_u16().unwrap_or(80);
-        let connect = tokio::net::TcpStream::connect((host, port));
+        let connect = tokio::net::TcpStream::connect(self.addr());
         let ok = matches!(tokio::time::timeout(self.timeout, connect).await, Ok(Ok(_)));
         self.reachable.store(ok, Ordering::Relaxed);
         ok
@@ -469,7 +353,7 @@ mod tests {
     // Lets the connection tasks run until `idle` holds `n` connections (bounded).
     async fn until_idle(c: &UpstreamClient, n: usize) {
         for _ in 0..1000 {
-            if c.idle.conns.lock().unwrap().len() == n {
+            if c.idle.len() == n {
                 return;
             }
             tokio::task::yield_now().await;

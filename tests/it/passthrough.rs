@@ -48,6 +48,16 @@ async fn post(
     (status, sid, body)
 }
 
+// A legacy GET stream of session `sid`, through the proxy at `url`.
+async fn get_stream(h: &Http, url: &str, sid: &str) -> http::Response<hyper::body::Incoming> {
+    let get = Request::get(url)
+        .header("mcp-session-id", sid)
+        .header("accept", "text/event-stream")
+        .body(empty())
+        .unwrap();
+    h.request(get).await.unwrap()
+}
+
 #[tokio::test]
 async fn a_legacy_session_is_relayed_unchanged() {
     let mock = Mock::start().await;
@@ -87,12 +97,7 @@ async fn a_legacy_session_is_relayed_unchanged() {
     )
     .await;
     assert_eq!(status, StatusCode::ACCEPTED);
-    let get = Request::get(proxy.url())
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .body(empty())
-        .unwrap();
-    let resp = h.request(get).await.unwrap();
+    let resp = get_stream(&h, &proxy.url(), &sid).await;
     assert_eq!(resp.status(), StatusCode::OK);
     assert_eq!(resp.headers()["content-type"], "text/event-stream");
     drop(resp);
@@ -115,12 +120,7 @@ async fn a_legacy_get_stream_streams_each_event_while_it_stays_open() {
     let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"legacy","version":"1"}}});
     let (_, sid, _) = post(&h, &proxy.url(), None, init).await;
     let sid = sid.expect("session id");
-    let get = Request::get(proxy.url())
-        .header("mcp-session-id", &sid)
-        .header("accept", "text/event-stream")
-        .body(empty())
-        .unwrap();
-    let resp = h.request(get).await.unwrap();
+    let resp = get_stream(&h, &proxy.url(), &sid).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let mut body = resp.into_body();
     // The stream stays open upstream: the event must arrive on its own, not with the end.
