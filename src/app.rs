@@ -9,12 +9,12 @@ use tokio_util::task::TaskTracker;
 
 use crate::call::{CallContext, Gather, ParkLimits, ParkedCalls};
 use crate::cluster::Peers;
-use crate::config::{Config, UpstreamTransport};
+use crate::config::Config;
 use crate::keys::{self, KeyError, KeySet};
 use crate::limits::PrincipalGate;
 use crate::metrics::Metrics;
 use crate::state_token::{random_id, TokenCodec};
-use crate::upstream::{PoolConfig, SessionPool, UpstreamClient};
+use crate::upstream::SessionPool;
 
 /// Bytes of randomness in a generated instance id.
 const INSTANCE_ID_BYTES: usize = 9;
@@ -48,15 +48,16 @@ impl App {
     /// # Errors
     /// [`KeyError`] when a configured key cannot be read or used.
     pub fn new(config: Config) -> Result<Arc<Self>, KeyError> {
-        let keys = match keys::load(&config.state_keys)? {
+        let keys = match keys::load(&config.state.keys)? {
             Some(keys) => keys,
             None => {
                 tracing::info!("no state key configured: generated a random signing key (single instance only; tokens die with the process)");
                 KeySet::generated()?
             }
         };
-        let pool = session_pool(&config);
+        let pool = SessionPool::new(&config.upstream, config.pool.clone());
         let issuer = config
+            .state
             .instance_id
             .clone()
             .unwrap_or_else(|| random_id(INSTANCE_ID_BYTES));
@@ -67,27 +68,27 @@ impl App {
             pool: Arc::clone(&pool),
             parked: ParkedCalls::new(
                 ParkLimits {
-                    total: config.max_parked,
-                    per_principal: config.max_parked_per_principal,
-                    bytes: config.max_parked_memory,
+                    total: config.state.parked.total,
+                    per_principal: config.state.parked.per_principal,
+                    bytes: config.state.parked.bytes,
                 },
-                config.state_ttl,
+                config.state.ttl,
             ),
-            tokens: TokenCodec::new(keys, issuer, config.state_ttl),
+            tokens: TokenCodec::new(keys, issuer, config.state.ttl),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),
-            gather: Gather::new(config.gather),
-            sse_idle_timeout: config.upstream_sse_idle_timeout,
-            max_input_requests: config.max_input_requests,
-            cache_ttl_ms: config.cache_ttl_ms,
-            cache_scope: config.cache_scope,
+            gather: Gather::new(config.state.gather),
+            sse_idle_timeout: config.upstream.sse_idle_timeout,
+            max_input_requests: config.state.max_input_requests,
+            cache_ttl_ms: config.results.ttl_ms,
+            cache_scope: config.results.scope,
             replay: config.replay.clone(),
             tool_hints: Default::default(),
         });
         Ok(Arc::new(Self {
-            principals: PrincipalGate::new(config.client_limits.max_requests_per_principal),
-            peers: Peers::new(config.cluster.clone(), &config.mcp_path),
+            principals: PrincipalGate::new(config.server.limits.max_requests_per_principal),
+            peers: Peers::new(config.cluster.clone(), &config.server.mcp_path),
             config,
             pool,
             calls,
@@ -105,7 +106,7 @@ impl App {
     /// # Errors
     /// [`KeyError`] when a file cannot be read or used; the current keys then stay.
     pub fn reload_keys(&self) -> Result<String, KeyError> {
-        let outcome = keys::load(&self.config.state_keys);
+        let outcome = keys::load(&self.config.state.keys);
         self.metrics.key_reload(outcome.is_ok());
         match outcome? {
             Some(keys) => self.calls.tokens.replace_keys(keys),
@@ -194,39 +195,11 @@ impl App {
 
     /// What the upstream is, for logs: its URL, or a stdio server's program.
     pub fn upstream_name(&self) -> String {
-        match &self.config.upstream_transport {
-            UpstreamTransport::Stdio(cmd) => format!("stdio:{}", cmd.program),
-            _ => self.config.upstream.to_string(),
-        }
+        self.config.upstream.name()
     }
 
     /// Runs one upstream handshake to learn whether the upstream is up (and sets readiness).
     pub async fn probe_upstream(&self) -> bool {
         self.pool.probe().await
     }
-}
-
-// The legacy session pool (and its HTTP client) the config describes.
-fn session_pool(config: &Config) -> Arc<SessionPool> {
-    let client = UpstreamClient::new(
-        config.upstream.clone(),
-        config.upstream_timeout,
-        config.max_sse_event_bytes,
-        config.upstream_max_idle_connections,
-    );
-    let max_sessions = match &config.upstream_transport {
-        UpstreamTransport::Stdio(cmd) => cmd.max_processes,
-        _ => config.max_sessions,
-    };
-    SessionPool::new(
-        client,
-        PoolConfig {
-            max_sessions,
-            idle_timeout: config.session_idle,
-            acquire_timeout: config.session_acquire_timeout,
-            protocol_version: config.upstream_protocol_version.clone(),
-            default_roots: Arc::new(config.default_roots.clone()),
-            transport: config.upstream_transport.clone(),
-        },
-    )
 }

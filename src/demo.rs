@@ -88,13 +88,13 @@ async fn start_upstream(
             let argv = vec![exe.display().to_string(), "demo-upstream".to_owned()];
             let cmd = StdioCommand::new(argv).map_err(|e| e.to_string())?;
             let described = format!("over stdio: `{} demo-upstream`", cmd.program);
-            config.upstream_transport = UpstreamTransport::Stdio(cmd);
+            config.upstream.transport = UpstreamTransport::Stdio(cmd);
             return Ok((None, described));
         }
     }
     .map_err(|e| format!("demo upstream: {e}"))?;
-    config.upstream = crate::config::parse_upstream(&up.url()).map_err(|e| e.to_string())?;
-    config.upstream_transport = UpstreamTransport::Auto;
+    config.upstream.url = crate::config::parse_upstream(&up.url()).map_err(|e| e.to_string())?;
+    config.upstream.transport = UpstreamTransport::Auto;
     let described = match transport {
         DemoTransport::Sse => format!("over HTTP+SSE at {}", up.url()),
         _ => format!("over Streamable HTTP at {}", up.url()),

@@ -95,14 +95,14 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Bo
 
 async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let timer = RequestTimer::start(&app.metrics);
-    if !cors::origin_allowed(req.headers(), &app.config.allowed_origins) {
+    if !cors::origin_allowed(req.headers(), &app.config.server.allowed_origins) {
         return edge::fail(timer, &ProxyError::Forbidden, None);
     }
     let origin = req.headers().get(header::ORIGIN).cloned();
     if *req.method() == Method::OPTIONS {
         return cors::preflight(origin, req.headers());
     }
-    let who = Principal::of(&app.config.principal_header, req.headers());
+    let who = Principal::of(&app.config.upstream.principal_header, req.headers());
     let mut resp = match app.principals.enter(&who.digest) {
         // The permit rides on the body: a streamed answer holds it until it ends.
         Some(permit) => answer(app, req, who, timer)
@@ -173,8 +173,8 @@ async fn post(
     mut timer: RequestTimer,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let limit = app.config.max_body_bytes;
-    let deadline = app.config.body_read_timeout;
+    let limit = app.config.server.max_body_bytes;
+    let deadline = app.config.server.body_read_timeout;
     let bytes = match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
         Ok(Ok(c)) => c.to_bytes(),
         Ok(Err(_)) => return edge::fail(timer, &ProxyError::BodyTooLarge { limit }, None),
@@ -279,7 +279,7 @@ async fn modern(
             edge::settle(timer, settled);
             resp
         }
-        Ok(Routed::Leg(rx)) => edge::respond(rx, app.config.keepalive, timer).await,
+        Ok(Routed::Leg(rx)) => edge::respond(rx, app.config.server.keepalive, timer).await,
         Err(e) => {
             if let Some(reason) = rejection(&e) {
                 timer.metrics().token_rejected(reason);
@@ -526,8 +526,8 @@ async fn discover(
     let session = lease.session();
     let ctx = RewriteCtx {
         server_info: None,
-        ttl_ms: app.config.cache_ttl_ms,
-        scope: app.config.cache_scope,
+        ttl_ms: app.config.results.ttl_ms,
+        scope: app.config.results.scope,
     };
     let result = rewrite::discover_result(session.init_result(), session.version(), ctx);
     let body = crate::jsonrpc::response_bytes(&req.id, &crate::jsonrpc::text(&result));

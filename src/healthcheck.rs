@@ -17,7 +17,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// The `/healthz` URL of the proxy `config` describes: the admin listener when there is one,
 /// else the main one; an unspecified address (`0.0.0.0`, `[::]`) is probed on loopback.
 pub fn default_url(config: &Config) -> String {
-    let addr = config.admin_listen.unwrap_or(config.listen);
+    let addr = config.admin.listen.unwrap_or(config.server.listen);
     let ip = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
         IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
@@ -54,9 +54,9 @@ mod tests {
     fn probes_the_admin_listener_first_and_loopback_for_unspecified_addresses() {
         let mut c = Config::from_toml_str("[server]\nlisten = \"0.0.0.0:8080\"\n").unwrap();
         assert_eq!(default_url(&c), "http://127.0.0.1:8080/healthz");
-        c.admin_listen = Some("[::]:9090".parse().unwrap());
+        c.admin.listen = Some("[::]:9090".parse().unwrap());
         assert_eq!(default_url(&c), "http://[::1]:9090/healthz");
-        c.admin_listen = Some("10.1.2.3:9090".parse().unwrap());
+        c.admin.listen = Some("10.1.2.3:9090".parse().unwrap());
         assert_eq!(default_url(&c), "http://10.1.2.3:9090/healthz");
     }
 }

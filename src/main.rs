@@ -36,7 +36,7 @@ async fn main() -> ExitCode {
     }
     if let Some(Command::CheckConfig { file }) = &cli.command {
         // The key files are read too: a key that cannot be used fails here, not at start-up.
-        let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state_keys) {
+        let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state.keys) {
             Ok(_) => Ok("ok".to_owned()),
             Err(e) => Err(e.to_string()),
         });
@@ -69,7 +69,7 @@ async fn main() -> ExitCode {
             once,
             upstream_transport,
         }) => {
-            telemetry::init_with(config.log_format, &config.log_level);
+            telemetry::init_with(config.log.format, &config.log.level);
             let options = demo::Options {
                 listen: cli.listen,
                 once,
@@ -85,10 +85,10 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(config: Config) -> ExitCode {
-    telemetry::init_with(config.log_format, &config.log_level);
-    let mcp_path = config.mcp_path.clone();
-    let admin_listen = config.admin_listen;
-    let listen = config.listen;
+    telemetry::init_with(config.log.format, &config.log.level);
+    let mcp_path = config.server.mcp_path.clone();
+    let admin_listen = config.admin.listen;
+    let listen = config.server.listen;
     let app = match App::new(config) {
         Ok(app) => app,
         Err(e) => {
@@ -143,7 +143,7 @@ fn load(path: Option<&std::path::PathBuf>) -> Result<Config, String> {
 
 fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
     if let Some(l) = cli.listen {
-        c.listen = l;
+        c.server.listen = l;
     }
     if !cli.upstream_command.is_empty() {
         if cli.upstream.is_some() {
@@ -151,21 +151,21 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
         }
         let mut cmd = config::StdioCommand::new(cli.upstream_command.clone())
             .map_err(|e| format!("--: {e}"))?;
-        if let config::UpstreamTransport::Stdio(from_file) = &c.upstream_transport {
+        if let config::UpstreamTransport::Stdio(from_file) = &c.upstream.transport {
             cmd.env = from_file.env.clone();
             cmd.cwd = from_file.cwd.clone();
             cmd.max_processes = from_file.max_processes;
         }
-        c.upstream_transport = config::UpstreamTransport::Stdio(cmd);
+        c.upstream.transport = config::UpstreamTransport::Stdio(cmd);
     }
     if let Some(u) = &cli.upstream {
-        if let config::UpstreamTransport::Stdio(_) = c.upstream_transport {
-            c.upstream_transport = config::UpstreamTransport::Auto;
+        if let config::UpstreamTransport::Stdio(_) = c.upstream.transport {
+            c.upstream.transport = config::UpstreamTransport::Auto;
         }
-        c.upstream = config::parse_upstream(u).map_err(|e| format!("--upstream: {e}"))?;
+        c.upstream.url = config::parse_upstream(u).map_err(|e| format!("--upstream: {e}"))?;
     }
     if let Some(t) = &cli.state_ttl {
-        c.state_ttl = config::parse_duration(t).map_err(|e| format!("--state-ttl: {e}"))?;
+        c.state.ttl = config::parse_duration(t).map_err(|e| format!("--state-ttl: {e}"))?;
     }
     Ok(c)
 }

@@ -124,7 +124,7 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
 
 /// Serves `listeners` until `shutdown` resolves, then shuts down as the module doc says.
 pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) {
-    let conns = Conns::new(app.config.max_connections);
+    let conns = Conns::new(app.config.server.max_connections);
     let background = tokio::spawn(background(Arc::clone(&app)));
     let reloads = tokio::spawn(crate::shutdown::on_hangup({
         let app = Arc::clone(&app);
@@ -182,7 +182,7 @@ impl Serving {
         } = self;
         tracing::info!("shutting down: draining");
         app.begin_drain();
-        let grace = app.config.shutdown_grace;
+        let grace = app.config.server.shutdown_grace;
         let serving = accept(&listener, &app, &activity, &conns, routes);
         tokio::select! {
             () = serving => {}
@@ -192,7 +192,7 @@ impl Serving {
         }
         drop(listener);
         app.cancel_all();
-        let cancel = app.config.shutdown_cancel_timeout;
+        let cancel = app.config.server.shutdown_cancel_timeout;
         if tokio::time::timeout(cancel, app.calls.wait_idle())
             .await
             .is_err()
@@ -304,9 +304,9 @@ struct ConnSettings {
 impl ConnSettings {
     fn of(config: &crate::config::Config) -> Self {
         Self {
-            header_timeout: config.header_read_timeout,
-            max_headers: config.client_limits.max_headers,
-            max_header_bytes: config.client_limits.max_header_bytes,
+            header_timeout: config.server.header_read_timeout,
+            max_headers: config.server.limits.max_headers,
+            max_header_bytes: config.server.limits.max_header_bytes,
         }
     }
 
@@ -381,7 +381,7 @@ impl Accepted {
 async fn route(app: Arc<App>, req: Request<Incoming>, routes: Routes) -> Response<Body> {
     let path = req.uri().path();
     if let Routes::Main { with_admin } = routes {
-        if path == app.config.mcp_path {
+        if path == app.config.server.mcp_path {
             return front::handle(app, req).await;
         }
         if req.method() == Method::GET && path.starts_with("/.well-known/") && app.pool.has_origin()
@@ -440,10 +440,10 @@ fn reload_keys(app: &App) {
 // initialize answers), idle-session reaping, tombstone sweeping.
 async fn background(app: Arc<App>) {
     let mut delay = Duration::from_millis(100);
-    let period =
-        (app.config.session_idle / 2).clamp(Duration::from_millis(100), Duration::from_secs(30));
+    let period = (app.config.pool.idle_timeout / 2)
+        .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut reap = tokio::time::interval(period);
-    let mut health = tokio::time::interval(app.config.upstream_health_interval);
+    let mut health = tokio::time::interval(app.config.upstream.health_interval);
     loop {
         if !app.pool.is_ready() {
             if !app.pool.probe().await {

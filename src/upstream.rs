@@ -14,7 +14,7 @@ mod stdio;
 mod stream;
 
 pub(crate) use changes::Change;
-pub(crate) use client::{UpstreamClient, UpstreamError};
-pub(crate) use pool::{Lease, PoolConfig, SessionPool};
+pub(crate) use client::UpstreamError;
+pub(crate) use pool::{Lease, SessionPool};
 pub(crate) use session::{ListenerPin, Session};
 pub(crate) use stream::{MessageStream, ResponseStream};

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::error::{invalid, positive, ConfigError};
-use super::raw::RawState;
+use super::state::RawState;
 use super::units::parse_duration;
 
 /// When a round waits out `state.gather_window` for more server requests.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::error::{invalid, positive, ConfigError};
-use super::raw::RawUpstream;
+use super::upstream::RawUpstream;
 
 /// How the proxy talks to the legacy upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,15 +136,15 @@ mod tests {
             "[upstream]\ncommand = [\"node\", \"server.js\", \"--stdio\"]\nenv = { A = \"1\" }\nmax_processes = 3\n",
         )
         .unwrap();
-        let UpstreamTransport::Stdio(cmd) = c.upstream_transport else {
-            panic!("not stdio: {:?}", c.upstream_transport);
+        let UpstreamTransport::Stdio(cmd) = c.upstream.transport else {
+            panic!("not stdio: {:?}", c.upstream.transport);
         };
         assert_eq!(cmd.program, "node");
         assert_eq!(cmd.args, ["server.js", "--stdio"]);
         assert_eq!(cmd.env.get("A").map(String::as_str), Some("1"));
         assert_eq!(cmd.max_processes, 3);
         assert_eq!(
-            Config::defaults().unwrap().upstream_transport,
+            Config::defaults().unwrap().upstream.transport,
             UpstreamTransport::Auto
         );
     }

@@ -1,7 +1,9 @@
 //! Human-readable durations (`250ms`, `30s`, `5m`, `1h`) and sizes (`64KiB`, `4MiB`) in the
-//! configuration file and on the command line.
+//! configuration file and on the command line, and the keyed forms every section parses with.
 
 use std::time::Duration;
+
+use super::error::{invalid, ConfigError};
 
 /// Parses a human duration: `250ms`, `30s`, `5m`, `1h` (a bare number is seconds).
 ///
@@ -48,6 +50,40 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
     };
     n.checked_mul(mult)
         .ok_or_else(|| format!("`{s}` is too large"))
+}
+
+/// `key`'s duration, or `default` when absent.
+pub(super) fn duration(
+    key: &'static str,
+    v: Option<&str>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    parse_duration(v.unwrap_or(default)).map_err(|e| invalid(key, e))
+}
+
+/// `key`'s duration, or `default` when absent; zero is refused.
+pub(super) fn nonzero_duration(
+    key: &'static str,
+    v: Option<&str>,
+    default: &str,
+) -> Result<Duration, ConfigError> {
+    let d = duration(key, v, default)?;
+    if d.is_zero() {
+        return Err(invalid(key, "must be greater than zero"));
+    }
+    Ok(d)
+}
+
+/// `key`'s size, or `default` when absent; zero is refused.
+pub(super) fn size(
+    key: &'static str,
+    v: Option<&str>,
+    default: &str,
+) -> Result<usize, ConfigError> {
+    match parse_size(v.unwrap_or(default)).map_err(|e| invalid(key, e))? {
+        0 => Err(invalid(key, "must be greater than zero")),
+        n => Ok(n),
+    }
 }
 
 #[cfg(test)]

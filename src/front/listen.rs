@@ -84,7 +84,7 @@ pub(super) async fn serve(
         shutdown: app.draining.subscribe(),
     };
     drop(lease);
-    let (writer, resp) = SseWriter::open(app.config.keepalive);
+    let (writer, resp) = SseWriter::open(app.config.server.keepalive);
     tokio::spawn(relay(writer, ack, feed).instrument(tracing::Span::current()));
     Ok(resp)
 }

@@ -19,7 +19,7 @@ use super::changes::{Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::session::{legacy_capabilities, Session, SessionParams};
-use crate::config::UpstreamTransport;
+use crate::config::{self, UpstreamTransport};
 
 /// Sessions are shared only between requests with the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -30,29 +30,17 @@ pub(crate) struct PoolKey {
     pub(crate) capabilities: String,
 }
 
-/// Pool settings.
-#[derive(Debug, Clone)]
-pub(crate) struct PoolConfig {
-    /// Upper bound on sessions.
-    pub(crate) max_sessions: usize,
-    /// Idle sessions older than this are closed.
-    pub(crate) idle_timeout: Duration,
-    /// How long a lease waits for room.
-    pub(crate) acquire_timeout: Duration,
-    /// Protocol version asked for.
-    pub(crate) protocol_version: String,
-    /// Answer to unattributed `roots/list`.
-    pub(crate) default_roots: Arc<Vec<Value>>,
-    /// How sessions are opened.
-    pub(crate) transport: UpstreamTransport,
-}
-
 /// The session pool.
 #[derive(Debug)]
 pub(crate) struct SessionPool {
     client: UpstreamClient,
     connector: Connector,
-    cfg: PoolConfig,
+    /// `[pool]`: bounds and timeouts.
+    cfg: config::Pool,
+    /// Protocol version asked for in `initialize`.
+    protocol_version: String,
+    /// Answer to unattributed `roots/list`.
+    default_roots: Arc<Vec<Value>>,
     idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>>>,
     permits: Arc<Semaphore>,
     ready: AtomicBool,
@@ -102,11 +90,24 @@ pub(crate) struct Lease {
 
 impl SessionPool {
     /// An empty pool.
-    pub(crate) fn new(client: UpstreamClient, cfg: PoolConfig) -> Arc<Self> {
-        let permits = Arc::new(Semaphore::new(cfg.max_sessions));
+    pub(crate) fn new(upstream: &config::Upstream, cfg: config::Pool) -> Arc<Self> {
+        let client = UpstreamClient::new(
+            upstream.url.clone(),
+            upstream.timeout,
+            upstream.max_sse_event_bytes,
+            upstream.max_idle_connections,
+        );
+        // A stdio upstream is as many sessions as it may have children.
+        let max_sessions = match &upstream.transport {
+            UpstreamTransport::Stdio(cmd) => cmd.max_processes,
+            _ => cfg.max_sessions,
+        };
+        let permits = Arc::new(Semaphore::new(max_sessions));
         Arc::new(Self {
             client,
-            connector: Connector::new(cfg.transport.clone()),
+            connector: Connector::new(upstream.transport.clone()),
+            protocol_version: upstream.protocol_version.clone(),
+            default_roots: Arc::new(upstream.default_roots.clone()),
             cfg,
             idle: Mutex::new(HashMap::new()),
             permits,
@@ -195,8 +196,8 @@ impl SessionPool {
         let params = SessionParams {
             capabilities: legacy,
             auth,
-            protocol_version: self.cfg.protocol_version.clone(),
-            default_roots: Arc::clone(&self.cfg.default_roots),
+            protocol_version: self.protocol_version.clone(),
+            default_roots: Arc::clone(&self.default_roots),
             changes: ChangeFeed {
                 tx: self.changes.clone(),
                 principal: Arc::from(principal),
