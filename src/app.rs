@@ -1,6 +1,7 @@
-//! The one shared state, built from a validated config: the session pool, what every call actor
-//! shares (registry, token codec), metrics and the shutdown flag. Everything the request path
-//! needs hangs off one `Arc<App>`; `server` serves it, `front` reads it.
+//! The one shared state, built from a validated config: the session pool, the token codec,
+//! what every call actor shares (registry, settings), the peers, metrics and the shutdown flag.
+//! Everything the request path needs hangs off one `Arc<App>`; `server` serves it, `front`
+//! reads it.
 
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ use crate::config::Config;
 use crate::keys::{self, KeyError, KeySet};
 use crate::limits::PrincipalGate;
 use crate::metrics::Metrics;
+use crate::replay::ReplayLedger;
 use crate::state_token::{random_id, TokenCodec};
 use crate::upstream::SessionPool;
 
@@ -37,8 +39,13 @@ pub struct App {
     pub(crate) draining: watch::Sender<bool>,
     /// Flips to `true` when the drain is over; call actors then cancel their upstream calls.
     pub(crate) shutdown: watch::Sender<bool>,
+    /// The requestState codec: signs what calls park behind, verifies retries, signs and
+    /// checks what peers send each other.
+    pub(crate) tokens: Arc<TokenCodec>,
     /// The other replicas, for retries whose requestState names one of them.
     pub(crate) peers: Peers,
+    /// Tokens whose lost call already ran again here (each at most once).
+    pub(crate) replays: ReplayLedger,
 }
 
 impl App {
@@ -64,6 +71,7 @@ impl App {
         let metrics = Arc::new(Metrics::default());
         let shutdown = watch::channel(false).0;
         let draining = watch::channel(false).0;
+        let tokens = Arc::new(TokenCodec::new(keys, issuer, config.state.ttl));
         let calls = Arc::new(CallContext {
             pool: Arc::clone(&pool),
             parked: ParkedCalls::new(
@@ -74,7 +82,7 @@ impl App {
                 },
                 config.state.ttl,
             ),
-            tokens: TokenCodec::new(keys, issuer, config.state.ttl),
+            tokens: Arc::clone(&tokens),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
             tasks: TaskTracker::new(),
@@ -88,7 +96,14 @@ impl App {
         });
         Ok(Arc::new(Self {
             principals: PrincipalGate::new(config.server.limits.max_requests_per_principal),
-            peers: Peers::new(config.cluster.clone(), &config.server.mcp_path),
+            peers: Peers::new(
+                config.cluster.clone(),
+                &config.server.mcp_path,
+                Arc::clone(&tokens),
+                Arc::clone(&metrics),
+            ),
+            replays: ReplayLedger::new(config.state.ttl),
+            tokens,
             config,
             pool,
             calls,
@@ -109,28 +124,28 @@ impl App {
         let outcome = keys::load(&self.config.state.keys);
         self.metrics.key_reload(outcome.is_ok());
         match outcome? {
-            Some(keys) => self.calls.tokens.replace_keys(keys),
+            Some(keys) => self.tokens.replace_keys(keys),
             None => tracing::info!("no state key configured: the generated key stays"),
         }
-        Ok(self.calls.tokens.keys().signing_kid().to_owned())
+        Ok(self.tokens.keys().signing_kid().to_owned())
     }
 
     /// This instance's id (the owner every token it issues names).
     pub fn instance_id(&self) -> &str {
-        self.calls.tokens.issuer()
+        self.tokens.issuer()
     }
 
     /// A peer signature from this instance for instance `aud` over `body` (what a forward
     /// carries); for tests of the peer checks.
     #[doc(hidden)]
     pub fn peer_signature(&self, aud: &str, body: &[u8]) -> Option<String> {
-        let v = crate::cluster::sign(&self.calls.tokens, aud, body)?;
+        let v = self.peers.sign(aud, body)?;
         v.to_str().ok().map(str::to_owned)
     }
 
     /// Ids of the keys that verify a token right now, the active one first.
     pub fn key_ids(&self) -> Vec<String> {
-        self.calls.tokens.keys().kids()
+        self.tokens.keys().kids()
     }
 
     /// Starts the drain (see `server`): readiness goes off and no new call or listen stream is

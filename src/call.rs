@@ -70,8 +70,8 @@ pub(crate) struct CallContext {
     pub(crate) pool: Arc<SessionPool>,
     /// Parked calls, for retries to find.
     pub(crate) parked: Arc<ParkedCalls>,
-    /// requestState signer.
-    pub(crate) tokens: TokenCodec,
+    /// requestState signer (the one the app holds).
+    pub(crate) tokens: Arc<TokenCodec>,
     /// Counters.
     pub(crate) metrics: Arc<Metrics>,
     /// Turns `true` when the drain is over: open calls cancel upstream.

@@ -16,7 +16,7 @@
 //! instance and binding the body's digest. A forwarded request is never forwarded again.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -30,6 +30,9 @@ use sha2::{Digest, Sha256};
 
 use crate::body::{self, Body};
 use crate::config;
+use crate::error::ProxyError;
+use crate::metrics::{Forward, Metrics};
+use crate::protocol::HOP_BY_HOP;
 use crate::state_token::{unix, TokenCodec};
 
 /// Header carrying a peer's signature on a forwarded request or a probe.
@@ -40,18 +43,6 @@ const PEER_TOKEN_LIFETIME: Duration = Duration::from_secs(30);
 const ANY_INSTANCE: &str = "*";
 /// Largest probe answer read.
 const MAX_PROBE_BYTES: usize = 4096;
-/// Headers of the client's request that are not sent on to the owner.
-const NOT_FORWARDED: [HeaderName; 8] = [
-    header::HOST,
-    header::CONNECTION,
-    header::CONTENT_LENGTH,
-    header::TRANSFER_ENCODING,
-    header::TE,
-    header::TRAILER,
-    header::UPGRADE,
-    PEER_HEADER,
-];
-
 /// What a peer signs.
 #[derive(Debug, Serialize, Deserialize)]
 struct PeerClaims {
@@ -65,15 +56,25 @@ struct PeerClaims {
     bh: String,
 }
 
-/// The owner did not accept the connection or send response headers in time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Unreachable;
+/// The client's request as it came, for a forward to the instance that owns its call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inbound<'a> {
+    /// Its headers (hop-by-hop ones and `Host` are not sent on).
+    pub(crate) headers: &'a HeaderMap,
+    /// Its body, sent on byte for byte.
+    pub(crate) bytes: &'a Bytes,
+    /// Sent by a peer (its signature verified): never forwarded again.
+    pub(crate) forwarded: bool,
+}
 
-/// The peer set, what is known of it, and the client that forwards to it.
+/// The peer set, what is known of it, the client that forwards to it, and the key set that
+/// signs and checks what peers send each other.
 #[derive(Debug)]
 pub(crate) struct Peers {
     config: config::Cluster,
     mcp_path: String,
+    tokens: Arc<TokenCodec>,
+    metrics: Arc<Metrics>,
     http: Client<HttpConnector, Body>,
     known: Mutex<Known>,
 }
@@ -87,27 +88,70 @@ struct Known {
 }
 
 impl Peers {
-    /// The peer set of `config`, reached at `mcp_path` when found by DNS.
-    pub(crate) fn new(config: config::Cluster, mcp_path: &str) -> Self {
+    /// The peer set of `config`, reached at `mcp_path` when found by DNS; `tokens` signs and
+    /// checks peer requests, `metrics` counts forwards.
+    pub(crate) fn new(
+        config: config::Cluster,
+        mcp_path: &str,
+        tokens: Arc<TokenCodec>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.forward_timeout));
         connector.set_nodelay(true);
         Self {
             config,
             mcp_path: mcp_path.to_owned(),
+            tokens,
+            metrics,
             http: Client::builder(TokioExecutor::new()).build(connector),
             known: Mutex::new(Known::default()),
         }
     }
 
-    /// Whether any peer is configured.
-    pub(crate) fn enabled(&self) -> bool {
-        self.config.is_enabled()
+    /// Sends a retry to `owner`, the instance whose token it carries: at most one hop, and only
+    /// to a peer of the configured set. The outcome is counted and logged here.
+    ///
+    /// # Errors
+    /// [`ProxyError::CallLost`] saying why the owner cannot be reached.
+    pub(crate) async fn forward(
+        &self,
+        owner: &str,
+        inbound: Inbound<'_>,
+    ) -> Result<Response<Body>, ProxyError> {
+        let outcome = if inbound.forwarded {
+            Err(Forward::Loop)
+        } else if !self.config.is_enabled() {
+            Err(Forward::UnknownOwner)
+        } else {
+            match self.find(owner).await {
+                None => Err(Forward::UnknownOwner),
+                Some(url) => self.send((owner, url), inbound).await,
+            }
+        };
+        let result = outcome.as_ref().err().copied().unwrap_or(Forward::Ok);
+        self.metrics.forwarded(result);
+        if outcome.is_ok() {
+            tracing::debug!(owner, "forwarded a retry to the instance holding its call");
+        } else {
+            tracing::info!(
+                owner,
+                result = result.as_str(),
+                "cannot forward a retry to the instance holding its call"
+            );
+        }
+        outcome.map_err(|r| {
+            ProxyError::CallLost(match r {
+                Forward::Loop => "it reached a second instance that does not hold it",
+                Forward::Unreachable => "that instance does not answer",
+                _ => "that instance is not among the peers",
+            })
+        })
     }
 
-    /// The URL of the peer whose instance id is `owner`; the set is asked again when the id is
-    /// not known and the last asking is older than `cluster.refresh_interval`.
-    pub(crate) async fn find(&self, codec: &TokenCodec, owner: &str) -> Option<Uri> {
+    // The URL of the peer whose instance id is `owner`; the set is asked again when the id is
+    // not known and the last asking is older than `cluster.refresh_interval`.
+    async fn find(&self, owner: &str) -> Option<Uri> {
         let stale = {
             let known = self.known.lock().ok()?;
             if let Some(url) = known.by_id.get(owner) {
@@ -120,7 +164,7 @@ impl Peers {
         if !stale {
             return None;
         }
-        let found = self.ask_all(codec).await;
+        let found = self.ask_all().await;
         let mut known = self.known.lock().ok()?;
         known.by_id = found;
         known.asked = Some(Instant::now());
@@ -128,10 +172,10 @@ impl Peers {
     }
 
     // Asks every peer of the set, at once, which instance it is.
-    async fn ask_all(&self, codec: &TokenCodec) -> HashMap<String, Uri> {
+    async fn ask_all(&self) -> HashMap<String, Uri> {
         let urls = self.urls().await;
         let answers = futures_util::future::join_all(urls.into_iter().map(|url| async move {
-            let id = self.ask(codec, &url).await?;
+            let id = self.ask(&url).await?;
             Some((id, url))
         }))
         .await;
@@ -158,10 +202,10 @@ impl Peers {
     }
 
     // One probe: the instance id `url` answers with, if it answers in time as a peer.
-    async fn ask(&self, codec: &TokenCodec, url: &Uri) -> Option<String> {
+    async fn ask(&self, url: &Uri) -> Option<String> {
         let mut req = Request::get(url.clone()).body(body::empty()).ok()?;
         req.headers_mut()
-            .insert(PEER_HEADER, sign(codec, ANY_INSTANCE, b"")?);
+            .insert(PEER_HEADER, self.sign(ANY_INSTANCE, b"")?);
         let timeout = self.config.forward_timeout;
         let resp = tokio::time::timeout(timeout, self.http.request(req))
             .await
@@ -178,31 +222,30 @@ impl Peers {
             .to_bytes();
         let v: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
         let id = v.get("instance")?.as_str()?;
-        (id != codec.issuer()).then(|| id.to_owned())
+        (id != self.tokens.issuer()).then(|| id.to_owned())
     }
 
-    /// Sends the client's request (`headers`, `bytes`) to the owner `owner` at `url`, signed
-    /// for it; the owner's answer, streamed.
-    ///
-    /// # Errors
-    /// [`Unreachable`] when the owner does not answer in time; then the id is forgotten, so
-    /// the next retry asks the set again.
-    pub(crate) async fn forward(
+    // Sends the client's request to the owner `owner` at `url`, signed for it; the owner's
+    // answer, streamed. When the owner does not answer in time its id is forgotten, so the next
+    // retry asks the set again.
+    async fn send(
         &self,
-        codec: &TokenCodec,
         (owner, url): (&str, Uri),
-        headers: &HeaderMap,
-        bytes: Bytes,
-    ) -> Result<Response<Body>, Unreachable> {
+        inbound: Inbound<'_>,
+    ) -> Result<Response<Body>, Forward> {
         let mut req = Request::post(url)
-            .body(body::full(bytes.clone()))
-            .map_err(|_| Unreachable)?;
-        for (name, value) in headers {
-            if !NOT_FORWARDED.contains(name) {
+            .body(body::full(inbound.bytes.clone()))
+            .map_err(|_| Forward::Unreachable)?;
+        for (name, value) in inbound.headers {
+            let not_sent = HOP_BY_HOP.contains(name)
+                || [header::HOST, header::CONTENT_LENGTH, PEER_HEADER].contains(name);
+            if !not_sent {
                 req.headers_mut().append(name, value.clone());
             }
         }
-        let signature = sign(codec, owner, &bytes).ok_or(Unreachable)?;
+        let signature = self
+            .sign(owner, inbound.bytes)
+            .ok_or(Forward::Unreachable)?;
         req.headers_mut().insert(PEER_HEADER, signature);
         let sent = tokio::time::timeout(self.config.forward_timeout, self.http.request(req)).await;
         match sent {
@@ -211,49 +254,52 @@ impl Peers {
                 if let Ok(mut known) = self.known.lock() {
                     known.by_id.remove(owner);
                 }
-                Err(Unreachable)
+                Err(Forward::Unreachable)
             }
         }
     }
-}
 
-/// A peer signature for `aud` over `body`, valid for a few seconds.
-pub(crate) fn sign(codec: &TokenCodec, aud: &str, body: &[u8]) -> Option<HeaderValue> {
-    let claims = PeerClaims {
-        iss: codec.issuer().to_owned(),
-        aud: aud.to_owned(),
-        exp: unix(codec.now() + PEER_TOKEN_LIFETIME),
-        bh: body_digest(body),
-    };
-    let token = codec.sign_jwt(&claims).ok()?;
-    HeaderValue::from_str(&token).ok()
-}
+    /// A peer signature from this instance for `aud` over `body`, valid for a few seconds.
+    pub(crate) fn sign(&self, aud: &str, body: &[u8]) -> Option<HeaderValue> {
+        let codec = &self.tokens;
+        let claims = PeerClaims {
+            iss: codec.issuer().to_owned(),
+            aud: aud.to_owned(),
+            exp: unix(codec.now() + PEER_TOKEN_LIFETIME),
+            bh: body_digest(body),
+        };
+        let token = codec.sign_jwt(&claims).ok()?;
+        HeaderValue::from_str(&token).ok()
+    }
 
-/// Whether `value` is a valid peer signature over `body`: a key of the set, not expired, meant
-/// for this instance (or any, for a probe when `probe`), and the body's digest.
-pub(crate) fn verify(codec: &TokenCodec, value: &HeaderValue, body: &[u8], probe: bool) -> bool {
-    let now = codec.now();
-    let Ok(token) = value.to_str() else {
-        return false;
-    };
-    let Ok((c, _)) = codec.decode_jwt::<PeerClaims>(token, now) else {
-        return false;
-    };
-    let aud_ok = c.aud == codec.issuer() || (probe && c.aud == ANY_INSTANCE);
-    aud_ok
-        && unix(now) < c.exp
-        && c.exp <= unix(now + PEER_TOKEN_LIFETIME) + 60
-        && c.bh == body_digest(body)
+    /// Whether `value` is a valid peer signature over `body`: a key of the set, not expired,
+    /// meant for this instance (or any, for a probe when `probe`), and the body's digest.
+    pub(crate) fn verify(&self, value: &HeaderValue, body: &[u8], probe: bool) -> bool {
+        let codec = &self.tokens;
+        let now = codec.now();
+        let Ok(token) = value.to_str() else {
+            return false;
+        };
+        let Ok((c, _)) = codec.decode_jwt::<PeerClaims>(token, now) else {
+            return false;
+        };
+        let aud_ok = c.aud == codec.issuer() || (probe && c.aud == ANY_INSTANCE);
+        aud_ok
+            && unix(now) < c.exp
+            && c.exp <= unix(now + PEER_TOKEN_LIFETIME) + 60
+            && c.bh == body_digest(body)
+    }
+
+    /// The answer to a probe: this instance's id.
+    pub(crate) fn identity(&self) -> Bytes {
+        let body = serde_json::json!({ "instance": self.tokens.issuer() });
+        Bytes::from(crate::jsonrpc::text(&body))
+    }
 }
 
 fn body_digest(body: &[u8]) -> String {
     let d = Sha256::digest(body);
     hex::encode(&d[..16])
-}
-
-/// The answer to a probe: this instance's id.
-pub(crate) fn identity(codec: &TokenCodec) -> Bytes {
-    Bytes::from(serde_json::json!({ "instance": codec.issuer() }).to_string())
 }
 
 #[cfg(test)]
@@ -262,37 +308,48 @@ mod tests {
     use crate::config::Secret;
     use crate::keys::{hs256, KeySet};
 
-    fn codec(id: &str, secret: &str) -> TokenCodec {
+    fn peers_with(cfg: config::Cluster, id: &str, secret: &str) -> Peers {
         let keys = KeySet::new(hs256(&Secret::new(secret.into())), Vec::new());
-        TokenCodec::new(keys, id.into(), Duration::from_secs(60))
+        let tokens = Arc::new(TokenCodec::new(keys, id.into(), Duration::from_secs(60)));
+        Peers::new(cfg, "/mcp", tokens, Arc::default())
+    }
+
+    fn peer(id: &str, secret: &str) -> Peers {
+        let none = config::Cluster {
+            peers: Vec::new(),
+            peers_dns: None,
+            refresh_interval: Duration::from_secs(10),
+            forward_timeout: Duration::from_millis(200),
+        };
+        peers_with(none, id, secret)
     }
 
     const KEY: &str = "0123456789abcdef0123456789abcdef";
 
     #[test]
     fn a_peer_signature_binds_target_body_and_key() {
-        let a = codec("a", KEY);
-        let b = codec("b", KEY);
-        let sig = sign(&a, "b", b"{\"x\":1}").unwrap();
-        assert!(verify(&b, &sig, b"{\"x\":1}", false));
-        assert!(!verify(&b, &sig, b"{\"x\":2}", false), "another body");
+        let a = peer("a", KEY);
+        let b = peer("b", KEY);
+        let sig = a.sign("b", b"{\"x\":1}").unwrap();
+        assert!(b.verify(&sig, b"{\"x\":1}", false));
+        assert!(!b.verify(&sig, b"{\"x\":2}", false), "another body");
         assert!(
-            !verify(&codec("c", KEY), &sig, b"{\"x\":1}", false),
+            !peer("c", KEY).verify(&sig, b"{\"x\":1}", false),
             "another target"
         );
-        let stranger = codec("b", "another-key-another-key-another-key");
-        assert!(!verify(&stranger, &sig, b"{\"x\":1}", false), "another key");
-        assert!(!verify(&b, &HeaderValue::from_static("x.y.z"), b"", false));
+        let stranger = peer("b", "another-key-another-key-another-key");
+        assert!(!stranger.verify(&sig, b"{\"x\":1}", false), "another key");
+        assert!(!b.verify(&HeaderValue::from_static("x.y.z"), b"", false));
     }
 
     #[test]
     fn a_probe_signature_is_for_any_instance_but_only_probes() {
-        let a = codec("a", KEY);
-        let b = codec("b", KEY);
-        let probe = sign(&a, ANY_INSTANCE, b"").unwrap();
-        assert!(verify(&b, &probe, b"", true));
+        let a = peer("a", KEY);
+        let b = peer("b", KEY);
+        let probe = a.sign(ANY_INSTANCE, b"").unwrap();
+        assert!(b.verify(&probe, b"", true));
         assert!(
-            !verify(&b, &probe, b"", false),
+            !b.verify(&probe, b"", false),
             "a probe cannot carry a forward"
         );
     }
@@ -308,7 +365,7 @@ mod tests {
             refresh_interval: Duration::from_secs(10),
             forward_timeout: Duration::from_millis(200),
         };
-        let peers = Peers::new(cfg, "/mcp");
+        let peers = peers_with(cfg, "a", KEY);
         let urls: Vec<String> = peers.urls().await.iter().map(ToString::to_string).collect();
         assert!(
             urls.contains(&"http://127.0.0.1:9/mcp".to_owned()),
@@ -335,11 +392,10 @@ mod tests {
             refresh_interval: Duration::from_secs(3600),
             forward_timeout: Duration::from_millis(500),
         };
-        let peers = Peers::new(cfg, "/mcp");
-        let me = codec("a", KEY);
-        assert_eq!(peers.find(&me, "b").await, None);
+        let peers = peers_with(cfg, "a", KEY);
+        assert_eq!(peers.find("b").await, None);
         let asked = peers.known.lock().unwrap().asked;
-        assert_eq!(peers.find(&me, "c").await, None);
+        assert_eq!(peers.find("c").await, None);
         assert_eq!(
             peers.known.lock().unwrap().asked,
             asked,

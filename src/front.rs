@@ -7,61 +7,39 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tracing::{field, Instrument};
 
 use crate::app::App;
 use crate::body::{self, Body};
-use crate::call::{self, CallSpec, Leg, LegEvent, Retry};
-use crate::cluster;
+use crate::call::LegEvent;
+use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
-use crate::metrics::{self, Era, Forward, Limit, RequestTimer, TokenRejection};
+use crate::metrics::{self, Era, Limit, RequestTimer};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
-use crate::replay::Replayer;
 use crate::rewrite::{self, RewriteCtx};
-use crate::state_token::{principal_digest, request_digest, TokenError};
 
 mod cors;
 mod listen;
+mod principal;
 mod relay;
+mod retry;
+mod start;
 mod validate;
 
+use principal::Principal;
 pub(crate) use relay::relay_same_path;
+use retry::Resumed;
+use start::start_call;
 use validate::{ModernRequest, Route};
 
 /// Longest JSON-RPC id recorded in the request span (longer ones are left out).
 const MAX_LOGGED_ID_BYTES: usize = 64;
-
-/// Who is asking: the digest that keys sessions and binds tokens, and the header forwarded
-/// upstream on the principal's sessions.
-struct Principal {
-    digest: String,
-    header: Option<(HeaderName, HeaderValue)>,
-}
-
-impl Principal {
-    fn of(name: &HeaderName, headers: &HeaderMap) -> Self {
-        let header = headers.get(name).map(|v| (name.clone(), v.clone()));
-        Self {
-            digest: principal_digest(header.as_ref().map(|(_, v)| v.as_bytes())),
-            header,
-        }
-    }
-}
-
-/// The client's request as it came, for a forward to the instance that owns its call.
-struct Inbound<'a> {
-    headers: &'a HeaderMap,
-    bytes: &'a Bytes,
-    /// Sent by a peer (its signature verified): never forwarded again.
-    forwarded: bool,
-}
 
 enum Classified {
     Modern(Message),
@@ -147,7 +125,7 @@ async fn answer(
         Method::POST => post(app, req, who, timer).await,
         // A peer asking which instance this is (see `cluster`).
         Method::GET if req.headers().contains_key(cluster::PEER_HEADER) => {
-            identify(&app, req.headers(), timer)
+            retry::identify(&app, req.headers(), timer)
         }
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
@@ -185,7 +163,7 @@ async fn post(
     };
     let forwarded = match parts.headers.get(cluster::PEER_HEADER) {
         None => false,
-        Some(sig) if cluster::verify(&app.calls.tokens, sig, &bytes, false) => true,
+        Some(sig) if app.peers.verify(sig, &bytes, false) => true,
         Some(_) => return edge::fail(timer, &ProxyError::Forbidden, None),
     };
     let inbound = Inbound {
@@ -281,7 +259,7 @@ async fn modern(
         }
         Ok(Routed::Leg(rx)) => edge::respond(rx, app.config.server.keepalive, timer).await,
         Err(e) => {
-            if let Some(reason) = rejection(&e) {
+            if let Some(reason) = retry::rejection(&e) {
                 timer.metrics().token_rejected(reason);
             }
             edge::fail(timer, &e, Some(&id))
@@ -321,7 +299,10 @@ async fn route(
             .map(Routed::Answered),
         Route::Forward {
             input_capable: true,
-        } if retry_of_parked => retry(app, req, who, inbound).await,
+        } if retry_of_parked => match retry::retry(app, req, who, inbound).await? {
+            Resumed::Here(rx) => Ok(Routed::Leg(rx)),
+            Resumed::Forwarded(resp) => Ok(Routed::Forwarded(resp)),
+        },
         Route::Forward { input_capable } => Ok(Routed::Leg(start_call(
             app,
             req,
@@ -329,188 +310,6 @@ async fn route(
             (input_capable, None),
         ))),
     }
-}
-
-/// A fresh call: the actor forwards it and answers on the leg.
-fn start_call(
-    app: &Arc<App>,
-    req: ModernRequest,
-    who: Principal,
-    (input_capable, replay_from): (bool, Option<Replayer>),
-) -> mpsc::Receiver<LegEvent> {
-    let (leg, rx) = open_leg(&req);
-    let spec = CallSpec {
-        request_digest: request_digest(&req.method, req.target(), req.arguments()),
-        upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
-        target: req.target().to_owned(),
-        method: req.method,
-        capabilities: req.capabilities,
-        input_capable,
-        principal: who.digest,
-        auth: who.header,
-        replay_from,
-    };
-    call::spawn(Arc::clone(&app.calls), spec, leg);
-    rx
-}
-
-/// A retry: verify the token before anything else; then hand the answers to the parked call,
-/// send the retry to the instance that holds it, or — that instance gone and the call
-/// replay-safe — run the call again here from its token.
-async fn retry(
-    app: &Arc<App>,
-    req: ModernRequest,
-    who: Principal,
-    inbound: Inbound<'_>,
-) -> Result<Routed, ProxyError> {
-    let Some(Value::String(token)) = req.params.get("requestState") else {
-        return Err(ProxyError::BadRetry("requestState must be a string".into()));
-    };
-    let calls = &app.calls;
-    let digest = request_digest(&req.method, req.target(), req.arguments());
-    let claims = calls
-        .tokens
-        .verify(token, &who.digest, &digest, calls.tokens.now())?;
-    let answers: Map<String, Value> = match req.params.get("inputResponses") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(ProxyError::BadRetry(
-                "inputResponses must be an object".into(),
-            ))
-        }
-    };
-    let lost = if claims.issuer == calls.tokens.issuer() {
-        match calls.parked.claim(&claims, &answers) {
-            Ok(tx) => {
-                let (leg, rx) = open_leg(&req);
-                tx.send(Retry { answers, leg })
-                    .await
-                    .map_err(|_| TokenError::Gone("the call ended".into()))?;
-                return Ok(Routed::Leg(rx));
-            }
-            Err(e @ ProxyError::CallLost(_)) => e,
-            Err(e) => return Err(e),
-        }
-    } else {
-        match to_owner(app, &claims.issuer, inbound).await {
-            Ok(resp) => return Ok(Routed::Forwarded(resp)),
-            Err(e) => e,
-        }
-    };
-    replay_here(app, req, who, (claims, &answers), lost)
-}
-
-/// Runs a lost call again on this instance's upstream, answering from its token what the user
-/// already answered; `lost` is the error when the token carries no journal (not replay-safe).
-/// Each token is replayed at most once per instance.
-fn replay_here(
-    app: &Arc<App>,
-    req: ModernRequest,
-    who: Principal,
-    (claims, answers): (crate::state_token::Claims, &Map<String, Value>),
-    lost: ProxyError,
-) -> Result<Routed, ProxyError> {
-    let Some(journal) = claims.replay else {
-        return Err(lost);
-    };
-    if app.is_draining() {
-        return Err(ProxyError::Overloaded("the proxy is shutting down".into()));
-    }
-    if !app.calls.parked.first_replay(&claims.token_id) {
-        return Err(TokenError::AlreadyUsed.into());
-    }
-    app.metrics.call_replayed();
-    tracing::info!(owner = %claims.issuer, round = claims.round, "running a lost call again from its token");
-    let replayer = Replayer::new(journal, answers);
-    Ok(Routed::Leg(start_call(
-        app,
-        req,
-        who,
-        (true, Some(replayer)),
-    )))
-}
-
-/// Forwards a retry to `owner`, the instance whose token it carries: at most one hop, and only
-/// to a peer of the configured set.
-async fn to_owner(
-    app: &App,
-    owner: &str,
-    inbound: Inbound<'_>,
-) -> Result<Response<Body>, ProxyError> {
-    let tokens = &app.calls.tokens;
-    let outcome = if inbound.forwarded {
-        Err(Forward::Loop)
-    } else if !app.peers.enabled() {
-        Err(Forward::UnknownOwner)
-    } else {
-        match app.peers.find(tokens, owner).await {
-            None => Err(Forward::UnknownOwner),
-            Some(url) => app
-                .peers
-                .forward(tokens, (owner, url), inbound.headers, inbound.bytes.clone())
-                .await
-                .map_err(|cluster::Unreachable| Forward::Unreachable),
-        }
-    };
-    let result = match &outcome {
-        Ok(_) => Forward::Ok,
-        Err(r) => *r,
-    };
-    app.metrics.forwarded(result);
-    if outcome.is_ok() {
-        tracing::debug!(owner, "forwarded a retry to the instance holding its call");
-    } else {
-        tracing::info!(
-            owner,
-            result = result.as_str(),
-            "cannot forward a retry to the instance holding its call"
-        );
-    }
-    outcome.map_err(|r| {
-        ProxyError::CallLost(match r {
-            Forward::Loop => "it reached a second instance that does not hold it",
-            Forward::Unreachable => "that instance does not answer",
-            _ => "that instance is not among the peers",
-        })
-    })
-}
-
-/// Answers a peer's probe with this instance's id, when the probe is signed by the key set.
-fn identify(app: &App, headers: &HeaderMap, timer: RequestTimer) -> Response<Body> {
-    let signed = headers
-        .get(cluster::PEER_HEADER)
-        .is_some_and(|sig| cluster::verify(&app.calls.tokens, sig, b"", true));
-    if !signed {
-        return edge::fail(timer, &ProxyError::Forbidden, None);
-    }
-    edge::settle(timer, Settled::with(metrics::Outcome::Complete));
-    let body = cluster::identity(&app.calls.tokens);
-    edge::json(StatusCode::OK, HeaderMap::new(), body)
-}
-
-// Why a retry was refused, when it was its requestState or the answers beside it.
-fn rejection(e: &ProxyError) -> Option<TokenRejection> {
-    let reason = match e {
-        ProxyError::State(TokenError::Invalid) => TokenRejection::Invalid,
-        ProxyError::State(TokenError::Expired) => TokenRejection::Expired,
-        ProxyError::State(TokenError::WrongPrincipal) => TokenRejection::WrongPrincipal,
-        ProxyError::State(TokenError::WrongRequest) => TokenRejection::WrongRequest,
-        ProxyError::State(TokenError::AlreadyUsed) => TokenRejection::AlreadyUsed,
-        ProxyError::State(TokenError::Gone(_)) => TokenRejection::Gone,
-        ProxyError::State(TokenError::NotYetValid) => TokenRejection::NotYetValid,
-        ProxyError::BadRetry(_) => TokenRejection::Malformed,
-        _ => return None,
-    };
-    Some(reason)
-}
-
-fn open_leg(req: &ModernRequest) -> (Leg, mpsc::Receiver<LegEvent>) {
-    Leg::open(
-        req.id.clone(),
-        req.progress_token.clone(),
-        req.log_level.clone(),
-    )
 }
 
 /// `server/discover`, from the `InitializeResult` of a session of this principal.

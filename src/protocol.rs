@@ -1,4 +1,5 @@
-//! MCP protocol constants: versions, `_meta` keys, header names and error codes, for both eras.
+//! MCP protocol constants: versions, `_meta` keys, header names (the hop-by-hop ones too) and
+//! error codes, for both eras.
 //! Depends on nothing, so every module can name the wire without depending on another's logic.
 
 /// The one modern protocol version served.
@@ -52,3 +53,26 @@ pub(crate) const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 pub(crate) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// 2026-07-28 reserves -32020 … -32099 for the spec: codes it does not define must not be sent.
 pub(crate) const RESERVED_CODES: std::ops::RangeInclusive<i64> = -32099..=-32020;
+
+/// Hop-by-hop headers (RFC 9110 §7.6.1): they describe one connection, so no hop the proxy
+/// makes (relay, peer forward) passes them on.
+pub(crate) const HOP_BY_HOP: [http::HeaderName; 8] = [
+    http::header::CONNECTION,
+    http::header::PROXY_AUTHENTICATE,
+    http::header::PROXY_AUTHORIZATION,
+    http::header::TE,
+    http::header::TRAILER,
+    http::header::TRANSFER_ENCODING,
+    http::header::UPGRADE,
+    http::HeaderName::from_static("keep-alive"),
+];
+
+/// Removes every [`HOP_BY_HOP`] header (a map with none, the common case, is not touched).
+pub(crate) fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
+    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
+        return;
+    }
+    for h in &HOP_BY_HOP {
+        headers.remove(h);
+    }
+}

@@ -462,6 +462,7 @@ async fn background(app: Arc<App>) {
                     tracing::debug!(closed, "closed idle upstream sessions");
                 }
                 app.calls.parked.sweep();
+                app.replays.sweep();
             }
             _ = health.tick() => {
                 if !app.pool.check_health().await {

@@ -211,21 +211,6 @@ impl ParkedCalls {
         Ok(entry.tx.clone())
     }
 
-    /// Records that the token `jti` is being replayed here; `false` when it already was, so
-    /// that one token runs its call again at most once on this instance.
-    pub(crate) fn first_replay(&self, jti: &str) -> bool {
-        match self.map.entry(format!("replay:{jti}")) {
-            dashmap::Entry::Occupied(_) => false,
-            dashmap::Entry::Vacant(v) => {
-                v.insert(Slot::Gone {
-                    reason: "the call was already run again from this token".into(),
-                    until: Instant::now() + self.tombstone_ttl,
-                });
-                true
-            }
-        }
-    }
-
     /// Drops tombstones older than their TTL.
     pub(crate) fn sweep(&self) {
         let now = Instant::now();

@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use super::error::{invalid, positive, ConfigError};
-use super::state::RawState;
 use super::units::parse_duration;
 
 /// When a round waits out `state.gather_window` for more server requests.
@@ -31,12 +30,17 @@ pub struct Gathering {
 }
 
 impl Gathering {
-    pub(super) fn from_raw(st: &RawState) -> Result<Self, ConfigError> {
-        let window = st.gather_window.as_deref().unwrap_or("10ms");
+    /// From `state.gather`, `state.gather_window` and `state.gather_max_targets` as written.
+    pub(super) fn from_raw(
+        gather: Option<&str>,
+        window: Option<&str>,
+        max_targets: Option<usize>,
+    ) -> Result<Self, ConfigError> {
+        let window = window.unwrap_or("10ms");
         Ok(Self {
-            mode: mode(st.gather.as_deref())?,
+            mode: mode(gather)?,
             window: parse_duration(window).map_err(|e| invalid("state.gather_window", e))?,
-            max_targets: positive("state.gather_max_targets", st.gather_max_targets, 4096)?,
+            max_targets: positive("state.gather_max_targets", max_targets, 4096)?,
         })
     }
 }

@@ -92,7 +92,11 @@ impl State {
     pub(super) fn from_raw(st: RawState) -> Result<Self, ConfigError> {
         Ok(Self {
             ttl: nonzero_duration("state.ttl", st.ttl.as_deref(), "5m")?,
-            gather: Gathering::from_raw(&st)?,
+            gather: Gathering::from_raw(
+                st.gather.as_deref(),
+                st.gather_window.as_deref(),
+                st.gather_max_targets,
+            )?,
             parked: ParkedBounds::from_raw(&st)?,
             max_input_requests: positive("state.max_input_requests", st.max_input_requests, 32)?,
             keys: KeySources::from_raw(st.secret, st.secret_file, st.verify_secret_files)?,

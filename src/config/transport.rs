@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::error::{invalid, positive, ConfigError};
-use super::upstream::RawUpstream;
 
 /// How the proxy talks to the legacy upstream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,8 +70,17 @@ impl StdioCommand {
 /// Default `upstream.max_processes`.
 pub const DEFAULT_MAX_PROCESSES: usize = 16;
 
+/// The transport keys of `[upstream]` as written.
+pub(super) struct RawTransport<'a> {
+    pub(super) transport: Option<&'a str>,
+    pub(super) command: Option<&'a Vec<String>>,
+    pub(super) env: &'a BTreeMap<String, String>,
+    pub(super) cwd: Option<&'a str>,
+    pub(super) max_processes: Option<usize>,
+}
+
 /// Validates the transport keys of `[upstream]`.
-pub(super) fn from_raw(u: &RawUpstream) -> Result<UpstreamTransport, ConfigError> {
+pub(super) fn from_raw(u: &RawTransport<'_>) -> Result<UpstreamTransport, ConfigError> {
     if u.command.is_none() && (!u.env.is_empty() || u.cwd.is_some()) {
         return Err(invalid(
             "upstream.command",
@@ -87,14 +95,13 @@ pub(super) fn from_raw(u: &RawUpstream) -> Result<UpstreamTransport, ConfigError
     )?;
     let name = u
         .transport
-        .as_deref()
         .unwrap_or(if u.command.is_some() { "stdio" } else { "auto" });
     let transport = match name {
         "auto" => UpstreamTransport::Auto,
         "streamable-http" => UpstreamTransport::StreamableHttp,
         "sse" => UpstreamTransport::Sse,
         "stdio" => {
-            let Some(argv) = u.command.clone() else {
+            let Some(argv) = u.command.cloned() else {
                 return Err(invalid(
                     "upstream.command",
                     "transport = \"stdio\" needs a command",
@@ -102,7 +109,7 @@ pub(super) fn from_raw(u: &RawUpstream) -> Result<UpstreamTransport, ConfigError
             };
             let mut cmd = StdioCommand::new(argv)?;
             cmd.env = u.env.clone();
-            cmd.cwd = u.cwd.clone().map(PathBuf::from);
+            cmd.cwd = u.cwd.map(PathBuf::from);
             cmd.max_processes = max_processes;
             return Ok(UpstreamTransport::Stdio(cmd));
         }

@@ -8,7 +8,7 @@ use http::{HeaderName, Uri};
 use serde::Deserialize;
 
 use super::error::{invalid, ConfigError};
-use super::transport::{self, UpstreamTransport};
+use super::transport::{self, RawTransport, UpstreamTransport};
 use super::units::{nonzero_duration, size};
 
 /// Default upstream.
@@ -77,7 +77,13 @@ impl Upstream {
     pub(super) fn from_raw(u: RawUpstream) -> Result<Self, ConfigError> {
         Ok(Self {
             url: parse_upstream(u.url.as_deref().unwrap_or(DEFAULT_UPSTREAM))?,
-            transport: transport::from_raw(&u)?,
+            transport: transport::from_raw(&RawTransport {
+                transport: u.transport.as_deref(),
+                command: u.command.as_ref(),
+                env: &u.env,
+                cwd: u.cwd.as_deref(),
+                max_processes: u.max_processes,
+            })?,
             protocol_version: u
                 .protocol_version
                 .unwrap_or_else(|| crate::protocol::DEFAULT_LEGACY_VERSION.to_owned()),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{header, HeaderName, Request, Response, Uri};
+use http::{header, Request, Response, Uri};
 use http_body_util::BodyExt;
 
 use crate::app::App;
@@ -11,18 +11,7 @@ use crate::body::{self, Body};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::metrics::{Direction, Metrics, Outcome, RequestTimer};
-
-// Hop-by-hop headers (RFC 9110 §7.6.1) are never forwarded.
-const HOP_BY_HOP: [HeaderName; 8] = [
-    header::CONNECTION,
-    header::PROXY_AUTHENTICATE,
-    header::PROXY_AUTHORIZATION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    HeaderName::from_static("keep-alive"),
-];
+use crate::protocol::strip_hop_by_hop;
 
 /// Relays `req` to the upstream's MCP endpoint and streams the response back, counting the
 /// body bytes both ways.
@@ -100,16 +89,5 @@ async fn forward(app: &App, req: Request<Body>, path: &str) -> Result<Response<B
             Ok(Response::from_parts(parts, body))
         }
         Err(e) => Err(ProxyError::Upstream(e)),
-    }
-}
-
-// One pass over the names (cheap comparisons) finds whether there is anything to remove; the
-// removals, each a hash of the name, run only then.
-fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
-    if !headers.keys().any(|name| HOP_BY_HOP.contains(name)) {
-        return;
-    }
-    for h in &HOP_BY_HOP {
-        headers.remove(h);
     }
 }

@@ -1,0 +1,127 @@
+//! Retries: a request carrying a `requestState`. The token is verified before anything else;
+//! then the answers go to the parked call here, the request goes to the instance that holds
+//! the call (`cluster`), or — that instance gone and the call replay-safe — the call runs again
+//! here from its token. Also the peers' probe ("which instance are you?").
+
+use std::sync::Arc;
+
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::principal::Principal;
+use super::start::{open_leg, start_call};
+use super::validate::ModernRequest;
+use crate::app::App;
+use crate::body::Body;
+use crate::call::{LegEvent, Retry};
+use crate::cluster::{self, Inbound};
+use crate::edge::{self, Settled};
+use crate::error::ProxyError;
+use crate::metrics::{self, RequestTimer, TokenRejection};
+use crate::replay::Replayer;
+use crate::state_token::{request_digest, Claims, TokenError};
+
+/// Where a retry went: to the call parked here (its leg), or to the owner (its answer).
+pub(super) enum Resumed {
+    Here(mpsc::Receiver<LegEvent>),
+    Forwarded(Response<Body>),
+}
+
+/// A retry of `req` by `who`; `inbound` is the request as it came, for a forward.
+pub(super) async fn retry(
+    app: &Arc<App>,
+    req: ModernRequest,
+    who: Principal,
+    inbound: Inbound<'_>,
+) -> Result<Resumed, ProxyError> {
+    let Some(Value::String(token)) = req.params.get("requestState") else {
+        return Err(ProxyError::BadRetry("requestState must be a string".into()));
+    };
+    let digest = request_digest(&req.method, req.target(), req.arguments());
+    let claims = app
+        .tokens
+        .verify(token, &who.digest, &digest, app.tokens.now())?;
+    let answers: Map<String, Value> = match req.params.get("inputResponses") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(ProxyError::BadRetry(
+                "inputResponses must be an object".into(),
+            ))
+        }
+    };
+    let lost = if claims.issuer == app.tokens.issuer() {
+        match app.calls.parked.claim(&claims, &answers) {
+            Ok(tx) => {
+                let (leg, rx) = open_leg(&req);
+                tx.send(Retry { answers, leg })
+                    .await
+                    .map_err(|_| TokenError::Gone("the call ended".into()))?;
+                return Ok(Resumed::Here(rx));
+            }
+            Err(e @ ProxyError::CallLost(_)) => e,
+            Err(e) => return Err(e),
+        }
+    } else {
+        match app.peers.forward(&claims.issuer, inbound).await {
+            Ok(resp) => return Ok(Resumed::Forwarded(resp)),
+            Err(e) => e,
+        }
+    };
+    replay_here(app, req, who, (claims, &answers), lost)
+}
+
+/// Runs a lost call again on this instance's upstream, answering from its token what the user
+/// already answered; `lost` is the error when the token carries no journal (not replay-safe).
+/// Each token is replayed at most once per instance.
+fn replay_here(
+    app: &Arc<App>,
+    req: ModernRequest,
+    who: Principal,
+    (claims, answers): (Claims, &Map<String, Value>),
+    lost: ProxyError,
+) -> Result<Resumed, ProxyError> {
+    let Some(journal) = claims.replay else {
+        return Err(lost);
+    };
+    if app.is_draining() {
+        return Err(ProxyError::Overloaded("the proxy is shutting down".into()));
+    }
+    if !app.replays.first(&claims.token_id) {
+        return Err(TokenError::AlreadyUsed.into());
+    }
+    app.metrics.call_replayed();
+    tracing::info!(owner = %claims.issuer, round = claims.round, "running a lost call again from its token");
+    let replayer = Replayer::new(journal, answers);
+    let rx = start_call(app, req, who, (true, Some(replayer)));
+    Ok(Resumed::Here(rx))
+}
+
+/// Answers a peer's probe with this instance's id, when the probe is signed by the key set.
+pub(super) fn identify(app: &App, headers: &HeaderMap, timer: RequestTimer) -> Response<Body> {
+    let signed = headers
+        .get(cluster::PEER_HEADER)
+        .is_some_and(|sig| app.peers.verify(sig, b"", true));
+    if !signed {
+        return edge::fail(timer, &ProxyError::Forbidden, None);
+    }
+    edge::settle(timer, Settled::with(metrics::Outcome::Complete));
+    edge::json(StatusCode::OK, HeaderMap::new(), app.peers.identity())
+}
+
+/// Why a retry was refused, when it was its requestState or the answers beside it.
+pub(super) fn rejection(e: &ProxyError) -> Option<TokenRejection> {
+    let reason = match e {
+        ProxyError::State(TokenError::Invalid) => TokenRejection::Invalid,
+        ProxyError::State(TokenError::Expired) => TokenRejection::Expired,
+        ProxyError::State(TokenError::WrongPrincipal) => TokenRejection::WrongPrincipal,
+        ProxyError::State(TokenError::WrongRequest) => TokenRejection::WrongRequest,
+        ProxyError::State(TokenError::AlreadyUsed) => TokenRejection::AlreadyUsed,
+        ProxyError::State(TokenError::Gone(_)) => TokenRejection::Gone,
+        ProxyError::State(TokenError::NotYetValid) => TokenRejection::NotYetValid,
+        ProxyError::BadRetry(_) => TokenRejection::Malformed,
+        _ => return None,
+    };
+    Some(reason)
+}

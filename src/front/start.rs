@@ -1,0 +1,47 @@
+//! A fresh call: the actor's spec from the validated request and its principal, the first leg
+//! opened, the actor spawned. The front starts one for a new request, and for a lost call
+//! replayed from its token.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::principal::Principal;
+use super::validate::ModernRequest;
+use crate::app::App;
+use crate::call::{self, CallSpec, Leg, LegEvent};
+use crate::replay::Replayer;
+use crate::state_token::request_digest;
+
+/// Starts the actor for `req`; it answers on the returned leg. `input_capable`: the call may
+/// park; `replay_from`: the answers a lost call's token carried.
+pub(super) fn start_call(
+    app: &Arc<App>,
+    req: ModernRequest,
+    who: Principal,
+    (input_capable, replay_from): (bool, Option<Replayer>),
+) -> mpsc::Receiver<LegEvent> {
+    let (leg, rx) = open_leg(&req);
+    let spec = CallSpec {
+        request_digest: request_digest(&req.method, req.target(), req.arguments()),
+        upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
+        target: req.target().to_owned(),
+        method: req.method,
+        capabilities: req.capabilities,
+        input_capable,
+        principal: who.digest,
+        auth: who.header,
+        replay_from,
+    };
+    call::spawn(Arc::clone(&app.calls), spec, leg);
+    rx
+}
+
+/// A leg (one client exchange) for `req`: its id, progress token and log level.
+pub(super) fn open_leg(req: &ModernRequest) -> (Leg, mpsc::Receiver<LegEvent>) {
+    Leg::open(
+        req.id.clone(),
+        req.progress_token.clone(),
+        req.log_level.clone(),
+    )
+}
