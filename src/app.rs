@@ -11,11 +11,11 @@ use tokio_util::task::TaskTracker;
 use crate::call::{CallContext, Gather, ParkLimits, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::Config;
-use crate::keys::{self, KeyError, KeySet};
 use crate::limits::PrincipalGate;
 use crate::metrics::Metrics;
-use crate::replay::ReplayLedger;
-use crate::state_token::{random_id, TokenCodec};
+use crate::state::keys::{self, KeyError, KeySet};
+use crate::state::replay::ReplayLedger;
+use crate::state::{random_id, TokenCodec};
 use crate::upstream::SessionPool;
 
 /// Bytes of randomness in a generated instance id.

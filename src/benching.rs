@@ -6,8 +6,8 @@
 use std::time::{Duration, SystemTime};
 
 use crate::config::Secret;
-use crate::keys::{self, KeySet};
-use crate::state_token::TokenCodec;
+use crate::state::keys::{self, KeySet};
+use crate::state::TokenCodec;
 
 /// A token codec with an HS256 key, and the bindings a round's token carries.
 #[derive(Debug)]
@@ -33,8 +33,8 @@ impl TokenBench {
                 "bench".into(),
                 Duration::from_secs(300),
             ),
-            principal: crate::state_token::principal_digest(Some(b"Bearer bench")),
-            request: crate::state_token::request_digest(
+            principal: crate::state::principal_digest(Some(b"Bearer bench")),
+            request: crate::state::request_digest(
                 "tools/call",
                 "ask_name",
                 &serde_json::json!({"text": "x"}),

@@ -42,9 +42,9 @@ use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, Kind, Message};
 use crate::metrics::{Gathered, Metrics};
 use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
-use crate::replay::Replayer;
 use crate::rewrite::{self, RewriteCtx};
-use crate::state_token::TokenCodec;
+use crate::state::replay::Replayer;
+use crate::state::TokenCodec;
 use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError};
 
 mod end;
@@ -91,7 +91,7 @@ pub(crate) struct CallContext {
     /// Which calls are replay-safe, and how large a journal a token carries.
     pub(crate) replay: crate::config::Replay,
     /// The upstream's tool annotations, for `replay = "annotations"`.
-    pub(crate) tool_hints: crate::replay::ToolHints,
+    pub(crate) tool_hints: crate::state::replay::ToolHints,
 }
 
 /// What the front asks the actor to run.

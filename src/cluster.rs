@@ -33,7 +33,7 @@ use crate::config;
 use crate::error::ProxyError;
 use crate::metrics::{Forward, Metrics};
 use crate::protocol::HOP_BY_HOP;
-use crate::state_token::{unix, TokenCodec};
+use crate::state::{unix, TokenCodec};
 
 /// Header carrying a peer's signature on a forwarded request or a probe.
 pub(crate) const PEER_HEADER: HeaderName = HeaderName::from_static("mcp-proxy-peer");
@@ -306,7 +306,7 @@ fn body_digest(body: &[u8]) -> String {
 mod tests {
     use super::*;
     use crate::config::Secret;
-    use crate::keys::{hs256, KeySet};
+    use crate::state::keys::{hs256, KeySet};
 
     fn peers_with(cfg: config::Cluster, id: &str, secret: &str) -> Peers {
         let keys = KeySet::new(hs256(&Secret::new(secret.into())), Vec::new());

@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::jsonrpc::{self, ErrorObject};
 use crate::metrics::{Outcome, UpstreamFailure};
 use crate::protocol::{self, MODERN_VERSION};
-use crate::state_token::TokenError;
+use crate::state::TokenError;
 use crate::upstream::UpstreamError;
 
 /// `data.reason` of the error that tells a client its call is lost and must start again.

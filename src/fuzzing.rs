@@ -13,9 +13,9 @@ use serde_json::Value;
 use crate::config::Secret;
 use crate::input::{self, Asked, InputKind};
 use crate::jsonrpc::{Kind, Message};
-use crate::keys::{self, KeySet};
 use crate::sse::SseDecoder;
-use crate::state_token::TokenCodec;
+use crate::state::keys::{self, KeySet};
+use crate::state::TokenCodec;
 
 /// The SSE decoder: any bytes, fed whole or split at any point, give the same events (or the
 /// same refusal), and never an event over the bound.

@@ -9,7 +9,7 @@ use crate::error::{Failure, ProxyError};
 use crate::input;
 use crate::jsonrpc::ErrorObject;
 use crate::protocol::INTERNAL_ERROR;
-use crate::state_token::TokenError;
+use crate::state::TokenError;
 use crate::upstream::UpstreamError;
 
 impl Call {

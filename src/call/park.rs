@@ -16,7 +16,7 @@ use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Message};
 use crate::metrics::Limit;
 use crate::protocol::{INTERNAL_ERROR, INVALID_PARAMS};
-use crate::state_token::random_id;
+use crate::state::random_id;
 use crate::upstream::{Session, UpstreamError};
 
 /// Bytes of randomness in a parked call's handle.

@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 use super::leg::Leg;
 use crate::error::ProxyError;
 use crate::input::Asked;
-use crate::state_token::{Claims, TokenError};
+use crate::state::{Claims, TokenError};
 
 /// A retry delivered to a parked call.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use super::Call;
 use crate::config::ReplayMode;
 use crate::input::{self, Asked, InputKind};
 use crate::jsonrpc::Message;
-use crate::replay::{self, Journal, ToolHints};
+use crate::state::replay::{self, Journal, ToolHints};
 use crate::upstream::Session;
 
 /// Pages of `tools/list` read at most when looking for a tool's annotations.

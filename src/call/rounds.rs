@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use crate::input::{self, Asked, InputKind};
 use crate::protocol::META_SERVER_INFO;
-use crate::replay;
+use crate::state::replay;
 
 /// The server requests of one call that wait for the client, across its rounds.
 #[derive(Debug, Default)]

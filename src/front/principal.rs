@@ -3,7 +3,7 @@
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::state_token::principal_digest;
+use crate::state::principal_digest;
 
 /// The digest that keys sessions and binds tokens, and the header forwarded upstream on the
 /// principal's sessions.

@@ -19,8 +19,8 @@ use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::metrics::{self, RequestTimer, TokenRejection};
-use crate::replay::Replayer;
-use crate::state_token::{request_digest, Claims, TokenError};
+use crate::state::replay::Replayer;
+use crate::state::{request_digest, Claims, TokenError};
 
 /// Where a retry went: to the call parked here (its leg), or to the owner (its answer).
 pub(super) enum Resumed {

@@ -10,8 +10,8 @@ use super::principal::Principal;
 use super::validate::ModernRequest;
 use crate::app::App;
 use crate::call::{self, CallSpec, Leg, LegEvent};
-use crate::replay::Replayer;
-use crate::state_token::request_digest;
+use crate::state::replay::Replayer;
+use crate::state::request_digest;
 
 /// Starts the actor for `req`; it answers on the returned leg. `input_capable`: the call may
 /// park; `replay_from`: the answers a lost call's token carried.

@@ -7,18 +7,16 @@
 //! `jti` was used — the parked-call registry checks those.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
-use arc_swap::ArcSwap;
-use base64::Engine;
-use jsonwebtoken::{Header, Validation};
 use ring::aead::LessSafeKey;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
-use crate::keys::KeySet;
-use crate::replay::{self, Journal};
+use super::digest::{random_id, unix};
+use super::jwt::Jwt;
+use super::keys::KeySet;
+use super::replay::{self, Journal};
 
 /// Claims carried by a requestState. Nothing here reaches the upstream session. Names are short
 /// on the wire (the token travels on every retry), full in code.
@@ -84,9 +82,8 @@ pub(crate) enum TokenError {
 
 /// Signs and verifies requestState tokens.
 pub(crate) struct TokenCodec {
-    /// The active signing key and every key a token may name; swapped whole on a reload, so a
-    /// sign or verify sees one consistent set without taking a lock.
-    keys: ArcSwap<KeySet>,
+    /// JWTs under the key set.
+    jwt: Jwt,
     issuer: String,
     ttl: Duration,
     /// Wall time at construction, and tokio's clock at the same moment: `now()` is the first
@@ -95,17 +92,13 @@ pub(crate) struct TokenCodec {
     anchor: (SystemTime, tokio::time::Instant),
 }
 
-/// Longest requestState accepted: anything longer is refused before it is parsed. Room for
-/// the claims and the largest replay journal (`replay.max_state`, at most
-/// `config::MAX_REPLAY_STATE_BYTES`) once encrypted and base64-encoded.
-pub(crate) const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// How far in the future a token's `iat` may be (clocks of replicas differ a little).
-const CLOCK_SKEW: Duration = Duration::from_secs(60);
+pub(super) const CLOCK_SKEW: Duration = Duration::from_secs(60);
 
 impl std::fmt::Debug for TokenCodec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TokenCodec")
-            .field("keys", &*self.keys.load())
+            .field("keys", &self.jwt)
             .field("issuer", &self.issuer)
             .field("ttl", &self.ttl)
             .finish_non_exhaustive()
@@ -116,7 +109,7 @@ impl TokenCodec {
     /// A codec signing and verifying with `keys`, issuing as `issuer`, tokens living `ttl`.
     pub(crate) fn new(keys: KeySet, issuer: String, ttl: Duration) -> Self {
         Self {
-            keys: ArcSwap::from_pointee(keys),
+            jwt: Jwt::new(keys),
             issuer,
             ttl,
             anchor: (SystemTime::now(), tokio::time::Instant::now()),
@@ -125,15 +118,13 @@ impl TokenCodec {
 
     /// Makes `keys` the key set. The keys it lacks from the current set (the old active key
     /// above all) keep verifying for one token lifetime, so no round in flight fails.
-    pub(crate) fn replace_keys(&self, mut keys: KeySet) {
-        let until = self.now() + self.ttl + CLOCK_SKEW;
-        keys.retire(&self.keys.load(), until);
-        self.keys.store(Arc::new(keys));
+    pub(crate) fn replace_keys(&self, keys: KeySet) {
+        self.jwt.replace(keys, self.now() + self.ttl + CLOCK_SKEW);
     }
 
     /// The current key set.
     pub(crate) fn keys(&self) -> Arc<KeySet> {
-        self.keys.load_full()
+        self.jwt.keys()
     }
 
     /// The time tokens are minted and checked against (see `anchor`).
@@ -180,14 +171,14 @@ impl TokenCodec {
     /// # Errors
     /// Only if serialisation fails, which it does not for these claims.
     pub(crate) fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
-        let keys = self.keys.load();
         let Some(journal) = &claims.replay else {
-            return encode(&keys, claims);
+            return self.jwt.sign(claims);
         };
         let plain = serde_json::to_vec(journal)?;
         let mut sealed = claims.clone();
-        sealed.sealed = replay::seal(&keys.signing.seal, binding(claims).as_bytes(), &plain);
-        encode(&keys, &sealed)
+        let seal = &self.jwt.keys().signing.seal;
+        sealed.sealed = replay::seal(seal, binding(claims).as_bytes(), &plain);
+        self.jwt.sign(&sealed)
     }
 
     /// Signs any claims (a peer signature, say) with the active key, naming it.
@@ -198,7 +189,7 @@ impl TokenCodec {
         &self,
         claims: &T,
     ) -> Result<String, jsonwebtoken::errors::Error> {
-        encode(&self.keys.load(), claims)
+        self.jwt.sign(claims)
     }
 
     /// Checks size, key (`kid`, valid at `now`) and signature, with the algorithm the key pins;
@@ -212,26 +203,7 @@ impl TokenCodec {
         token: &str,
         now: SystemTime,
     ) -> Result<(T, Arc<LessSafeKey>), TokenError> {
-        if token.len() > MAX_TOKEN_BYTES {
-            return Err(TokenError::Invalid);
-        }
-        let header = jsonwebtoken::decode_header(token).map_err(|_| TokenError::Invalid)?;
-        let keys = self.keys.load();
-        let key = header
-            .kid
-            .and_then(|kid| keys.verifier(&kid, now))
-            .ok_or(TokenError::Invalid)?;
-        // The key pins the algorithm: a token whose header claims another one is refused.
-        let mut v = Validation::new(key.alg);
-        // Times are checked by the caller against its clock, so tests can move it.
-        v.validate_exp = false;
-        v.validate_aud = false;
-        v.required_spec_claims.clear();
-        v.leeway = 0;
-        let claims = jsonwebtoken::decode::<T>(token, &key.key, &v)
-            .map_err(|_| TokenError::Invalid)?
-            .claims;
-        Ok((claims, Arc::clone(&key.seal)))
+        self.jwt.decode(token, now).ok_or(TokenError::Invalid)
     }
 
     /// Verifies size, key (`kid`), signature, algorithm (the key's), issue time and lifetime,
@@ -289,85 +261,20 @@ impl TokenCodec {
     }
 }
 
-/// Signs `claims` with the active key of `keys`, naming it (`kid`).
-fn encode<T: Serialize>(keys: &KeySet, claims: &T) -> Result<String, jsonwebtoken::errors::Error> {
-    let mut header = Header::new(keys.signing.alg);
-    header.kid = Some(keys.signing.kid.clone());
-    jsonwebtoken::encode(&header, claims, &keys.signing.key)
-}
-
 /// What a sealed journal is bound to: its token (handle and single-use id).
 fn binding(c: &Claims) -> String {
     format!("{}.{}", c.handle, c.token_id)
-}
-
-/// Seconds since the epoch (0 before it).
-pub(crate) fn unix(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
-}
-
-/// A random URL-safe id of `bytes` random bytes.
-pub(crate) fn random_id(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    // getrandom only fails when the OS has no entropy source at all; a zeroed id would then be
-    // guessable, so fall back to a time-derived hash rather than panic on the request path.
-    if getrandom::getrandom(&mut buf).is_err() {
-        let seed = format!("{:?}{:?}", SystemTime::now(), std::thread::current().id());
-        buf = Sha256::digest(seed.as_bytes())[..bytes.min(32)].to_vec();
-    }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(buf)
-}
-
-/// Hex digest of the principal header value (`None` → the anonymous principal, computed once:
-/// it is asked for on every request that carries no principal header).
-pub(crate) fn principal_digest(value: Option<&[u8]>) -> String {
-    static ANONYMOUS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    match value {
-        None => ANONYMOUS.get_or_init(|| digest_principal(None)).clone(),
-        v => digest_principal(v),
-    }
-}
-
-fn digest_principal(value: Option<&[u8]>) -> String {
-    let mut h = Sha256::new();
-    h.update(b"principal\0");
-    match value {
-        Some(v) => {
-            h.update(b"1");
-            h.update(v);
-        }
-        None => h.update(b"0"),
-    }
-    hex::encode(&h.finalize()[..16])
-}
-
-/// Hex digest of a request: method, target (tool/prompt name or resource uri) and the canonical
-/// (key-sorted) arguments.
-pub(crate) fn request_digest(method: &str, target: &str, arguments: &serde_json::Value) -> String {
-    let mut h = Sha256::new();
-    for part in [
-        method.as_bytes(),
-        target.as_bytes(),
-        canonical_json(arguments).as_bytes(),
-    ] {
-        h.update((part.len() as u64).to_be_bytes());
-        h.update(part);
-    }
-    hex::encode(&h.finalize()[..16])
-}
-
-/// Key-sorted compact JSON (serde_json's map is ordered by key without `preserve_order`).
-pub(crate) fn canonical_json(v: &serde_json::Value) -> String {
-    serde_json::to_string(v).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Secret;
-    use crate::keys::hs256;
+    use crate::state::jwt::MAX_TOKEN_BYTES;
+    use crate::state::keys::hs256;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    use jsonwebtoken::{Algorithm, EncodingKey};
+    use base64::Engine;
+    use jsonwebtoken::{Algorithm, Header};
 
     fn keys(active: &str, verify_only: &[&str]) -> KeySet {
         let v = verify_only
@@ -469,50 +376,6 @@ mod tests {
         assert_eq!(a.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
     }
 
-    const OLD: &str = "an-old-key-being-rotated-out-0123456789";
-
-    #[test]
-    fn tokens_name_their_key_and_verify_across_a_rotation() {
-        let now = SystemTime::now();
-        let old = codec(OLD);
-        let tok = old.sign(&old.claims("h1", "p", "r", 1, now)).unwrap();
-        let kid = jsonwebtoken::decode_header(&tok).unwrap().kid.unwrap();
-        assert_eq!(kid, hs256(&Secret::new(OLD.into())).0.kid);
-        assert!(!kid.contains("old-key"), "the kid is a digest, not the key");
-        // The new active key, the old one kept for verification: the old round still verifies.
-        let rotated = TokenCodec::new(keys(KEY, &[OLD]), "proxy-a".into(), Duration::from_secs(60));
-        assert!(rotated.verify(&tok, "p", "r", now).is_ok());
-        let fresh = rotated
-            .sign(&rotated.claims("h2", "p", "r", 1, now))
-            .unwrap();
-        assert_ne!(
-            jsonwebtoken::decode_header(&fresh).unwrap().kid.unwrap(),
-            kid
-        );
-        // Once the old key is dropped, its tokens are refused.
-        assert_eq!(
-            codec(KEY).verify(&tok, "p", "r", now),
-            Err(TokenError::Invalid)
-        );
-    }
-
-    #[test]
-    fn a_token_without_a_known_kid_is_refused() {
-        let c = codec(KEY);
-        let now = SystemTime::now();
-        let claims = c.claims("h1", "p", "r", 1, now);
-        let enc = EncodingKey::from_secret(KEY.as_bytes());
-        let no_kid = jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &enc).unwrap();
-        assert_eq!(c.verify(&no_kid, "p", "r", now), Err(TokenError::Invalid));
-        let mut h = Header::new(Algorithm::HS256);
-        h.kid = Some("0000000000000000".into());
-        let other_kid = jsonwebtoken::encode(&h, &claims, &enc).unwrap();
-        assert_eq!(
-            c.verify(&other_kid, "p", "r", now),
-            Err(TokenError::Invalid)
-        );
-    }
-
     #[test]
     fn oversized_future_and_overlong_tokens_are_refused() {
         let c = codec(KEY);
@@ -527,78 +390,6 @@ mod tests {
         future.expires_at += 24 * 3600;
         let tok = c.sign(&future).unwrap();
         assert_eq!(c.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
-    }
-
-    fn pem_key(der: &[u8]) -> String {
-        pem::encode(&pem::Pem::new("PRIVATE KEY", der.to_vec()))
-    }
-
-    fn asymmetric_codecs() -> Vec<(Algorithm, TokenCodec)> {
-        use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
-        let rng = ring::rand::SystemRandom::new();
-        let es = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let ed = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
-        [
-            (Algorithm::ES256, es.as_ref()),
-            (Algorithm::EdDSA, ed.as_ref()),
-        ]
-        .into_iter()
-        .map(|(alg, der)| {
-            let key = crate::keys::parse_text("test".into(), &pem_key(der)).unwrap();
-            let codec = TokenCodec::new(
-                KeySet::new(key, Vec::new()),
-                "proxy-a".into(),
-                Duration::from_secs(60),
-            );
-            (alg, codec)
-        })
-        .collect()
-    }
-
-    #[test]
-    fn es256_and_eddsa_keys_sign_and_pin_their_algorithm() {
-        let now = SystemTime::now();
-        for (alg, c) in asymmetric_codecs() {
-            let claims = c.claims("h1", "p", "r", 1, now);
-            let tok = c.sign(&claims).unwrap();
-            let header = jsonwebtoken::decode_header(&tok).unwrap();
-            assert_eq!(header.alg, alg);
-            assert_eq!(c.verify(&tok, "p", "r", now).unwrap(), claims);
-            // Algorithm confusion: the same kid, but HS256 keyed with public material, or
-            // alg none. The key pins its algorithm, so both are refused.
-            let mut forged = Header::new(Algorithm::HS256);
-            forged.kid = header.kid.clone();
-            let enc = EncodingKey::from_secret(header.kid.unwrap().as_bytes());
-            let hs = jsonwebtoken::encode(&forged, &claims, &enc).unwrap();
-            assert_eq!(c.verify(&hs, "p", "r", now), Err(TokenError::Invalid));
-            let payload = tok.split('.').nth(1).unwrap();
-            let none = format!(
-                "{}.{payload}.",
-                URL_SAFE_NO_PAD.encode(br#"{"alg":"none","typ":"JWT"}"#)
-            );
-            assert_eq!(c.verify(&none, "p", "r", now), Err(TokenError::Invalid));
-        }
-    }
-
-    #[test]
-    fn a_reload_keeps_the_old_key_verifying_for_one_lifetime() {
-        let now = SystemTime::now();
-        let c = codec(OLD);
-        let old = c.sign(&c.claims("h1", "p", "r", 1, now)).unwrap();
-        c.replace_keys(keys(KEY, &[]));
-        let new = c.sign(&c.claims("h2", "p", "r", 1, now)).unwrap();
-        assert_eq!(
-            jsonwebtoken::decode_header(&new).unwrap().kid.unwrap(),
-            hs256(&Secret::new(KEY.into())).0.kid
-        );
-        assert!(c.verify(&old, "p", "r", now).is_ok());
-        assert!(c.verify(&new, "p", "r", now).is_ok());
-        // Past one lifetime (and the skew) the retired key is gone; only expired tokens had it.
-        let later = c.now() + Duration::from_secs(60) + CLOCK_SKEW;
-        assert!(c
-            .keys()
-            .verifier(&hs256(&Secret::new(OLD.into())).0.kid, later)
-            .is_none());
     }
 
     #[test]
@@ -652,7 +443,7 @@ mod tests {
                 answered: (0..rounds)
                     .map(|i| {
                         (
-                            crate::replay::fingerprint("e", Some(&i.into())),
+                            crate::state::replay::fingerprint("e", Some(&i.into())),
                             answer.clone(),
                         )
                     })
@@ -664,41 +455,5 @@ mod tests {
         eprintln!("token bytes at 0/1/3/10 answered rounds: {sizes:?}");
         assert!(sizes.windows(2).all(|w| w[0] < w[1]));
         assert!(sizes[3] < MAX_TOKEN_BYTES / 4, "{sizes:?}");
-    }
-
-    #[test]
-    fn digests_are_canonical() {
-        let a: serde_json::Value = serde_json::from_str(r#"{"b":1,"a":{"y":2,"x":1}}"#).unwrap();
-        let b: serde_json::Value = serde_json::from_str(r#"{"a":{"x":1,"y":2},"b":1}"#).unwrap();
-        assert_eq!(
-            request_digest("tools/call", "t", &a),
-            request_digest("tools/call", "t", &b)
-        );
-        assert_ne!(
-            request_digest("tools/call", "t", &a),
-            request_digest("tools/call", "u", &a)
-        );
-        assert_ne!(
-            request_digest("tools/call", "t", &a),
-            request_digest("prompts/get", "t", &a)
-        );
-        assert_ne!(principal_digest(None), principal_digest(Some(b"")));
-        assert_ne!(random_id(16), random_id(16));
-    }
-
-    #[test]
-    fn digests_are_pinned() {
-        // Tokens carry these from one instance (and version) to another.
-        let anonymous = "d16e4f6c5613a9ae30b30441e9da786f";
-        assert_eq!(principal_digest(None), anonymous);
-        assert_eq!(principal_digest(None), anonymous);
-        assert_eq!(
-            principal_digest(Some(b"alice")),
-            "f96699f8c5a77a6b5b66d179796b1d74"
-        );
-        assert_eq!(
-            request_digest("tools/call", "echo", &serde_json::json!({"b": "x", "a": 1})),
-            "d1d6a3624f04f8b246639bb7ea80463e"
-        );
     }
 }
