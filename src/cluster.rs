@@ -305,13 +305,10 @@ fn body_digest(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
-    use crate::state::keys::{hs256, KeySet};
+    use crate::state::testing::{codec_of, KEY};
 
     fn peers_with(cfg: config::Cluster, id: &str, secret: &str) -> Peers {
-        let keys = KeySet::new(hs256(&Secret::new(secret.into())), Vec::new());
-        let tokens = Arc::new(TokenCodec::new(keys, id.into(), Duration::from_secs(60)));
-        Peers::new(cfg, "/mcp", tokens, Arc::default())
+        Peers::new(cfg, "/mcp", Arc::new(codec_of(id, secret)), Arc::default())
     }
 
     fn peer(id: &str, secret: &str) -> Peers {
@@ -323,8 +320,6 @@ mod tests {
         };
         peers_with(none, id, secret)
     }
-
-    const KEY: &str = "0123456789abcdef0123456789abcdef";
 
     #[test]
     fn a_peer_signature_binds_target_body_and_key() {

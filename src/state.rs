@@ -9,6 +9,8 @@ mod digest;
 mod jwt;
 pub mod keys;
 pub(crate) mod replay;
+#[cfg(test)]
+pub(crate) mod testing;
 mod token;
 
 pub(crate) use digest::{principal_digest, random_id, request_digest, unix};

@@ -89,6 +89,7 @@ impl Jwt {
 // Tested through the requestState codec, which is how every caller meets it.
 #[cfg(test)]
 mod tests {
+    use crate::state::testing::{codec_of, keys, KEY};
     use std::time::{Duration, SystemTime};
 
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -100,19 +101,9 @@ mod tests {
     use crate::state::token::CLOCK_SKEW;
     use crate::state::{TokenCodec, TokenError};
 
-    fn keys(active: &str, verify_only: &[&str]) -> KeySet {
-        let v = verify_only
-            .iter()
-            .map(|k| hs256(&Secret::new((*k).into())).1)
-            .collect();
-        KeySet::new(hs256(&Secret::new(active.into())), v)
-    }
-
     fn codec(secret: &str) -> TokenCodec {
-        TokenCodec::new(keys(secret, &[]), "proxy-a".into(), Duration::from_secs(60))
+        codec_of("proxy-a", secret)
     }
-
-    const KEY: &str = "0123456789abcdef0123456789abcdef";
 
     const OLD: &str = "an-old-key-being-rotated-out-0123456789";
 

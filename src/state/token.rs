@@ -269,26 +269,15 @@ fn binding(c: &Claims) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Secret;
     use crate::state::jwt::MAX_TOKEN_BYTES;
-    use crate::state::keys::hs256;
+    use crate::state::testing::{codec_of, keys, KEY};
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use base64::Engine;
     use jsonwebtoken::{Algorithm, Header};
 
-    fn keys(active: &str, verify_only: &[&str]) -> KeySet {
-        let v = verify_only
-            .iter()
-            .map(|k| hs256(&Secret::new((*k).into())).1)
-            .collect();
-        KeySet::new(hs256(&Secret::new(active.into())), v)
-    }
-
     fn codec(secret: &str) -> TokenCodec {
-        TokenCodec::new(keys(secret, &[]), "proxy-a".into(), Duration::from_secs(60))
+        codec_of("proxy-a", secret)
     }
-
-    const KEY: &str = "0123456789abcdef0123456789abcdef";
 
     #[test]
     fn round_trip() {
