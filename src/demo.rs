@@ -14,6 +14,7 @@ use crate::config::{Config, StdioCommand, UpstreamTransport};
 use crate::server;
 
 pub mod client;
+mod session;
 pub mod transports;
 pub mod upstream;
 
@@ -109,7 +110,7 @@ fn say(s: &str) {
 }
 
 fn show(dir: &str, v: &Value) {
-    let text = serde_json::to_string(v).unwrap_or_default();
+    let text = crate::jsonrpc::text(v);
     let short = if text.len() > 400 {
         format!(
             "{}…",

@@ -169,10 +169,14 @@ pub(crate) fn error_bytes(id: Option<&RawValue>, error: &ErrorObject) -> Vec<u8>
     format!(r#"{{"jsonrpc":"2.0","id":{id},"error":{err}}}"#).into_bytes()
 }
 
-/// Serialises a notification from a method and params value.
+/// Serialises a notification from a method and params value (`null` params are left out).
 pub(crate) fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({"jsonrpc":"2.0","method":method,"params":params}))
-        .unwrap_or_default()
+    let v = if params.is_null() {
+        serde_json::json!({"jsonrpc":"2.0","method":method})
+    } else {
+        serde_json::json!({"jsonrpc":"2.0","method":method,"params":params})
+    };
+    text(&v).into_bytes()
 }
 
 /// Serialises a request with an integer id (used toward the upstream). `params` are written as

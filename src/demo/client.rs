@@ -113,7 +113,8 @@ impl ModernClient {
         ) {
             headers.push(("mcp-name".to_owned(), t.to_owned()));
         }
-        self.send_raw(body.to_string().into(), &headers).await
+        self.send_raw(crate::jsonrpc::text(&body).into(), &headers)
+            .await
     }
 
     /// Sends raw bytes with the protocol version header plus `extra` headers.

@@ -13,7 +13,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use super::upstream::{self, DemoUpstream, Out, Sess, State};
+use super::session::{self, Out, Sess};
+use super::upstream::{self, DemoUpstream, State};
 use crate::body::{Body, ChannelBody};
 
 /// Serves one session on stdin / stdout until stdin ends.
@@ -67,11 +68,11 @@ async fn on_message(st: &State, sess: &Arc<Sess>, msg: Value, out: &Out) {
     }
     if msg["method"] == "initialize" {
         upstream::observe_initialize(st, &msg);
-        out.send(&json!({"jsonrpc":"2.0","id":msg["id"],"result":upstream::init_result()}))
+        out.send(&json!({"jsonrpc":"2.0","id":msg["id"],"result":session::init_result()}))
             .await;
         return;
     }
-    upstream::dispatch(Arc::clone(sess), msg, out.clone());
+    session::dispatch(Arc::clone(sess), msg, out.clone());
 }
 
 async fn handle_sse(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {

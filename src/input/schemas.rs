@@ -28,9 +28,7 @@ fn memo() -> &'static DashMap<Box<str>, Compiled> {
 
 /// The validator for `schema` (`None` when it does not compile: answers then pass unchecked).
 pub(crate) fn compiled(schema: &Value) -> Compiled {
-    let Ok(text) = serde_json::to_string(schema) else {
-        return compile(schema);
-    };
+    let text = crate::jsonrpc::text(schema);
     if text.len() > MAX_KEY {
         return compile(schema);
     }

@@ -64,7 +64,7 @@ pub(crate) fn request_digest(method: &str, target: &str, arguments: &serde_json:
 
 /// Key-sorted compact JSON (serde_json's map is ordered by key without `preserve_order`).
 fn canonical_json(v: &serde_json::Value) -> String {
-    serde_json::to_string(v).unwrap_or_default()
+    crate::jsonrpc::text(v)
 }
 
 #[cfg(test)]
