@@ -35,6 +35,12 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     || { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
 fi
 
+# The test runner itself, pinned, on a machine that has cargo but not cargo-nextest.
+if ! cargo nextest --version >/dev/null 2>&1; then
+  echo "== installing cargo-nextest 0.9.143 (pinned; a few minutes, once)"
+  cargo install --locked cargo-nextest@0.9.143
+fi
+
 echo "== cargo nextest (unit + in-process integration)"
 cargo build --locked --bins
 cargo nextest run --locked --no-fail-fast
