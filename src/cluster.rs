@@ -22,15 +22,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderName, HeaderValue, Request, Response, Uri};
 use http_body_util::BodyExt;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::body::{self, Body};
 use crate::config;
 use crate::error::ProxyError;
+use crate::http_client::OriginClient;
 use crate::metrics::{Forward, Metrics};
 use crate::protocol::HOP_BY_HOP;
 use crate::state::{unix, TokenCodec};
@@ -41,6 +39,8 @@ pub(crate) const PEER_HEADER: HeaderName = HeaderName::from_static("mcp-proxy-pe
 const PEER_TOKEN_LIFETIME: Duration = Duration::from_secs(30);
 /// The audience of a probe ("which instance are you?"), which any peer answers.
 const ANY_INSTANCE: &str = "*";
+/// Idle connections kept to each peer, for the forwards that follow.
+const MAX_IDLE_PER_PEER: usize = 4;
 /// Largest probe answer read.
 const MAX_PROBE_BYTES: usize = 4096;
 /// What a peer signs.
@@ -75,7 +75,6 @@ pub(crate) struct Peers {
     mcp_path: String,
     tokens: Arc<TokenCodec>,
     metrics: Arc<Metrics>,
-    http: Client<HttpConnector, Body>,
     known: Mutex<Known>,
 }
 
@@ -85,6 +84,8 @@ struct Known {
     by_id: HashMap<String, Uri>,
     /// When the set was last asked.
     asked: Option<Instant>,
+    /// A client per peer URL of the last asking (their idle connections kept for forwards).
+    clients: HashMap<Uri, OriginClient>,
 }
 
 impl Peers {
@@ -96,15 +97,11 @@ impl Peers {
         tokens: Arc<TokenCodec>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.forward_timeout));
-        connector.set_nodelay(true);
         Self {
             config,
             mcp_path: mcp_path.to_owned(),
             tokens,
             metrics,
-            http: Client::builder(TokioExecutor::new()).build(connector),
             known: Mutex::new(Known::default()),
         }
     }
@@ -166,6 +163,9 @@ impl Peers {
         }
         let found = self.ask_all().await;
         let mut known = self.known.lock().ok()?;
+        known
+            .clients
+            .retain(|url, _| found.values().any(|u| u == url));
         known.by_id = found;
         known.asked = Some(Instant::now());
         known.by_id.get(owner).cloned()
@@ -207,10 +207,7 @@ impl Peers {
         req.headers_mut()
             .insert(PEER_HEADER, self.sign(ANY_INSTANCE, b"")?);
         let timeout = self.config.forward_timeout;
-        let resp = tokio::time::timeout(timeout, self.http.request(req))
-            .await
-            .ok()?
-            .ok()?;
+        let resp = self.client(url).send(req).await.ok()?;
         if !resp.status().is_success() {
             return None;
         }
@@ -233,7 +230,7 @@ impl Peers {
         (owner, url): (&str, Uri),
         inbound: Inbound<'_>,
     ) -> Result<Response<Body>, Forward> {
-        let mut req = Request::post(url)
+        let mut req = Request::post(url.clone())
             .body(body::full(inbound.bytes.clone()))
             .map_err(|_| Forward::Unreachable)?;
         for (name, value) in inbound.headers {
@@ -247,15 +244,27 @@ impl Peers {
             .sign(owner, inbound.bytes)
             .ok_or(Forward::Unreachable)?;
         req.headers_mut().insert(PEER_HEADER, signature);
-        let sent = tokio::time::timeout(self.config.forward_timeout, self.http.request(req)).await;
-        match sent {
-            Ok(Ok(resp)) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
-            _ => {
+        match self.client(&url).send(req).await {
+            Ok(resp) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
+            Err(_) => {
                 if let Ok(mut known) = self.known.lock() {
                     known.by_id.remove(owner);
                 }
                 Err(Forward::Unreachable)
             }
+        }
+    }
+
+    // The client for the peer at `url` (made on first use; dropped when the peer leaves the set).
+    fn client(&self, url: &Uri) -> OriginClient {
+        let make = || OriginClient::new(url, self.config.forward_timeout, MAX_IDLE_PER_PEER);
+        match self.known.lock() {
+            Ok(mut known) => known
+                .clients
+                .entry(url.clone())
+                .or_insert_with(make)
+                .clone(),
+            Err(_) => make(),
         }
     }
 

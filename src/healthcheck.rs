@@ -5,11 +5,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
 use http::{Request, StatusCode, Uri};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
 use crate::body;
 use crate::config::Config;
+use crate::http_client::{ClientError, OriginClient};
 
 /// How long the probe waits for an answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
@@ -32,14 +31,14 @@ pub fn default_url(config: &Config) -> String {
 /// A message saying why the probe failed (bad URL, no answer in time, a status other than 200).
 pub async fn probe(url: &str) -> Result<(), String> {
     let uri: Uri = url.parse().map_err(|e| format!("bad url {url}: {e}"))?;
-    let client = Client::builder(TokioExecutor::new()).build_http::<body::Body>();
+    let client = OriginClient::new(&uri, PROBE_TIMEOUT, 0);
     let req = Request::get(uri)
         .body(body::empty())
         .map_err(|e| e.to_string())?;
-    let resp = tokio::time::timeout(PROBE_TIMEOUT, client.request(req))
-        .await
-        .map_err(|_| format!("{url}: no answer within {PROBE_TIMEOUT:?}"))?
-        .map_err(|e| format!("{url}: {e}"))?;
+    let resp = client.send(req).await.map_err(|e| match e {
+        ClientError::Timeout => format!("{url}: no answer within {PROBE_TIMEOUT:?}"),
+        e => format!("{url}: {e}"),
+    })?;
     match resp.status() {
         StatusCode::OK => Ok(()),
         other => Err(format!("{url}: http {other}")),

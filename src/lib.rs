@@ -56,6 +56,7 @@ mod front;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod healthcheck;
+mod http_client;
 mod input;
 mod jsonrpc;
 mod limits;

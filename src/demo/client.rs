@@ -5,15 +5,16 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Request, StatusCode};
+use http::{Request, StatusCode, Uri};
 use http_body_util::BodyExt;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
-use crate::body::{full, Body};
+use crate::body::full;
+use crate::http_client::OriginClient;
 use crate::sse::SseDecoder;
+
+/// How long one exchange may take to answer, and then to send its whole body.
+const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What one exchange returned.
 #[derive(Debug, Clone)]
@@ -42,7 +43,7 @@ impl Exchange {
 /// A modern client bound to one proxy URL.
 #[derive(Debug, Clone)]
 pub struct ModernClient {
-    http: Client<HttpConnector, Body>,
+    http: OriginClient,
     url: String,
     next_id: std::sync::Arc<std::sync::atomic::AtomicI64>,
     /// Declared capabilities sent on every request.
@@ -54,9 +55,14 @@ pub struct ModernClient {
 impl ModernClient {
     /// A client for `url` declaring `capabilities`.
     pub fn new(url: impl Into<String>, capabilities: Value) -> Self {
+        let url = url.into();
+        // An unparsable URL fails each request when it is built; the client needs an origin.
+        let origin = url
+            .parse()
+            .unwrap_or_else(|_| Uri::from_static("http://127.0.0.1/"));
         Self {
-            http: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
-            url: url.into(),
+            http: OriginClient::new(&origin, EXCHANGE_TIMEOUT, 8),
+            url,
             next_id: Default::default(),
             capabilities,
             headers: Vec::new(),
@@ -140,10 +146,7 @@ impl ModernClient {
             b = b.header(k.as_str(), v.as_str());
         }
         let req = b.body(full(body)).map_err(|e| e.to_string())?;
-        let resp = tokio::time::timeout(Duration::from_secs(60), self.http.request(req))
-            .await
-            .map_err(|_| "timed out".to_owned())?
-            .map_err(|e| e.to_string())?;
+        let resp = self.http.send(req).await.map_err(|e| e.to_string())?;
         let status = resp.status();
         let content_type = resp
             .headers()
@@ -152,7 +155,7 @@ impl ModernClient {
             .unwrap_or("")
             .to_owned();
         let headers = resp.headers().clone();
-        let bytes = tokio::time::timeout(Duration::from_secs(60), resp.into_body().collect())
+        let bytes = tokio::time::timeout(EXCHANGE_TIMEOUT, resp.into_body().collect())
             .await
             .map_err(|_| "body timed out".to_owned())?
             .map_err(|e| e.to_string())?

@@ -1,4 +1,4 @@
-//! The upstream client's idle connections: a stack, the most recently used on top, and the
+//! The one-origin client's idle connections: a stack, the most recently used on top, and the
 //! response body that puts its connection back when it ends. Connecting and sending are the
 //! client's.
 
@@ -75,12 +75,12 @@ impl Idle {
 
 /// A response body from the upstream; its connection goes back to the idle stack when it ends.
 #[derive(Debug)]
-pub(crate) struct UpstreamBody {
+pub(crate) struct ResponseBody {
     body: Incoming,
     conn: Option<(SendRequest<Body>, Arc<Idle>)>,
 }
 
-impl UpstreamBody {
+impl ResponseBody {
     pub(super) fn new(body: Incoming, conn: SendRequest<Body>, idle: &Arc<Idle>) -> Self {
         Self {
             body,
@@ -95,7 +95,7 @@ impl UpstreamBody {
     }
 }
 
-impl Drop for UpstreamBody {
+impl Drop for ResponseBody {
     // A reader that took the message it wanted may drop the body without reading its end (the
     // SSE stream of a call after its result): the connection is kept once it is ready for the
     // next request, which it is at once when the response had arrived whole. A body cut short
@@ -120,7 +120,7 @@ impl Drop for UpstreamBody {
     }
 }
 
-impl HttpBody for UpstreamBody {
+impl HttpBody for ResponseBody {
     type Data = Bytes;
     type Error = hyper::Error;
 
