@@ -24,8 +24,8 @@
 //! This file runs the call; `phase` is where it is, `send` sends it upstream on a leased session,
 //! `notify` relays what the upstream notifies, `park` turns server requests into rounds and takes
 //! retries, `gather` learns how long a round waits, `rounds` keeps the pending server requests
-//! (pure), `replaying` its replay state, `registry` the parked calls, `leg` the client exchange,
-//! `end` every way a call ends.
+//! (pure), `replaying` runs its replay and `replay_state` keeps it (pure), `registry` the parked
+//! calls, `leg` the client exchange, `end` every way a call ends.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -57,6 +57,7 @@ mod notify;
 mod park;
 mod phase;
 mod registry;
+mod replay_state;
 mod replaying;
 mod rounds;
 mod send;
@@ -66,6 +67,7 @@ pub(crate) use leg::{Leg, LegEvent, Outcome};
 use phase::Phase;
 use registry::ParkGuard;
 pub(crate) use registry::{ParkLimits, ParkedCalls, Retry};
+use replay_state::ReplayState;
 use rounds::Rounds;
 
 /// What every call actor shares.
@@ -120,20 +122,21 @@ pub(crate) struct CallSpec {
     /// Tool or prompt name, or resource URI (picks the replay mode).
     pub(crate) target: String,
     /// Set when the call runs again because the instance that held it is gone: the answers
-    /// its token carried, for the requests the upstream asks again.
+    /// its token carried, for the requests the upstream asks again. The actor moves it into
+    /// its replay state as it starts.
     pub(crate) replay_from: Option<Replayer>,
 }
 
 /// Starts the actor for a fresh call; `first` is the client's exchange.
-pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
+pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
     let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+    let replay = ReplayState::new(spec.replay_from.take());
     let call = Call {
         ctx,
         spec,
         phase: Phase::start(first),
         rounds: Rounds::default(),
-        journal: Vec::new(),
-        replay_safe: None,
+        replay,
         parking: None,
         lease: None,
         upstream: Upstream::Idle,
@@ -191,10 +194,7 @@ struct Call {
     spec: CallSpec,
     phase: Phase,
     rounds: Rounds,
-    /// Answers delivered upstream so far, by fingerprint (carried by replay-safe tokens).
-    journal: Vec<(String, Value)>,
-    /// Whether the call is replay-safe, once its first round decided it.
-    replay_safe: Option<bool>,
+    replay: ReplayState,
     parking: Option<Parking>,
     lease: Option<Lease>,
     upstream: Upstream,
@@ -401,7 +401,7 @@ impl Call {
         }
         // The result of a retry that carried inputResponses must not be cached (caching26).
         // A replayed call's result came from answers too, given in an earlier life.
-        let answered = self.rounds.had_rounds() || self.spec.replay_from.is_some();
+        let answered = self.rounds.had_rounds() || self.replay.is_rerun();
         let (ttl_ms, scope) = if answered {
             (0, CacheScope::Private)
         } else {

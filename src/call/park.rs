@@ -166,7 +166,7 @@ impl Call {
             reissue,
             journal,
         } = self.rounds.answer(&retry.answers);
-        self.journal.extend(journal);
+        self.replay.delivered(journal);
         if let Err(e) = deliver(self.session(), deliveries).await {
             return self.fail(e.into()).await;
         }
