@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Call;
@@ -108,44 +108,16 @@ async fn annotated_safe(hints: &ToolHints, session: Option<Arc<Session>>, tool: 
 
 // Every tool of the upstream's `tools/list` (all pages, bounded) and whether it is replay-safe.
 async fn read_hints(session: &Arc<Session>) -> Vec<(String, bool)> {
-    let mut found = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..MAX_LIST_PAGES {
-        let params = cursor
-            .as_ref()
-            .map_or(json!({}), |c| json!({ "cursor": c }));
-        let Ok((id, mut stream)) = session.request("tools/list", &params).await else {
-            break;
-        };
-        let mut result = None;
-        while let Some(Ok(bytes)) = stream.next().await {
-            let Ok(msg) = Message::parse(&bytes) else {
-                continue;
-            };
-            if msg
-                .id
-                .as_ref()
-                .is_some_and(|i| i.get().trim() == id.to_string())
-            {
-                result = msg
-                    .result
-                    .and_then(|r| serde_json::from_str::<Value>(r.get()).ok());
-                break;
-            }
-        }
-        let Some(result) = result else { break };
-        for tool in result["tools"].as_array().into_iter().flatten() {
-            let Some(name) = tool["name"].as_str() else {
-                continue;
-            };
+    let tools = session
+        .list_all("tools/list", "tools", MAX_LIST_PAGES)
+        .await;
+    tools
+        .iter()
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?;
             let a = &tool["annotations"];
             let safe = a["readOnlyHint"] == true || a["idempotentHint"] == true;
-            found.push((name.to_owned(), safe));
-        }
-        cursor = result["nextCursor"].as_str().map(str::to_owned);
-        if cursor.is_none() {
-            break;
-        }
-    }
-    found
+            Some((name.to_owned(), safe))
+        })
+        .collect()
 }
