@@ -62,8 +62,10 @@ impl Call {
         self.rounds.ask(kind, id, params.as_ref());
         // The first request of a round opens the gather (a window, or only what already came,
         // as learned for the target); while parked, requests simply join the next round.
-        let window = || self.ctx.gather.window(self.spec.gather_key());
-        self.phase.gather(|| window().map(|w| Instant::now() + w));
+        self.phase.gather(|| {
+            let window = self.ctx.gather.window(self.spec.gather_key());
+            window.map(|w| Instant::now() + w)
+        });
     }
 
     // The request needs a capability the client did not declare: refuse it upstream, cancel the

@@ -159,10 +159,9 @@ impl Phase {
     /// Any phase → Done: returns the open exchange, if any, for the call's last word (dropped,
     /// it tells a client that left nothing).
     pub(super) fn finish(&mut self) -> Option<Leg> {
-        match std::mem::replace(&mut self.0, State::Done) {
-            State::Running(leg) | State::Resuming(leg) | State::Gathering { leg, .. } => Some(leg),
-            State::Parked { .. } | State::Done => None,
-        }
+        let leg = self.take_leg();
+        self.0 = State::Done;
+        leg
     }
 
     // The open exchange, leaving `Done` in its place; `None` (phase untouched) when none is open.
