@@ -2,27 +2,30 @@
 //! the upstream request and its response stream, relays request-scoped notifications, and — for
 //! `tools/call`, `prompts/get`, `resources/read` — parks the live upstream call when the server
 //! asks for input, answering `input_required` with a signed requestState, then resumes it when
-//! the client retries. Its state is one [`Phase`]:
+//! the client retries. Its state is one [`Phase`], moved only by the transitions of `phase`
+//! (named on the arrows):
 //!
 //! ```text
-//!                    server request                     window over
+//!                 server request: gather              window over: park
 //!   Running(leg) ─────────────────────▶ Gathering(leg) ─────────────▶ Parked ◀──┐ keys missing:
-//!     │  ▲  └── -32042 (URL elicitations) ─────────────────────────────▲  │     │ round n+1
-//!     │  │                                                             │  │ retry claimed
-//!     │  └────────── every key answered ◀── Resuming(leg) ◀────────────┼──┘     │
+//!     │  ▲  └── -32042 (URL elicitations): park ───────────────────────▲  │     │ park (round n+1)
+//!     │  │                                                             │  │ retry claimed: resume
+//!     │  └───── every key answered: run ◀── Resuming(leg) ◀────────────┼──┘     │
 //!     │                                       └────────────────────────┼────────┘
-//!   final result (or error) ─▶ Done      Parked ── deadline ─▶ cancel upstream ─▶ Done
-//!   any phase ── client gone / upstream failure / shutdown ─▶ Done
+//!   final result (or error): finish ─▶ Done    Parked ── deadline: cancel upstream, finish ─▶ Done
+//!   any phase ── client gone / upstream failure / shutdown: finish ─▶ Done
 //! ```
 //!
 //! A leg is one client exchange (the first request or a retry); `Parked` is the only phase with
 //! none open. A server request that comes while parked joins the next round; a final result that
-//! comes while parked is held for the next retry. On every way to `Done` the registry entry is
-//! retired and the lease released (closed, not reused, if the upstream call may still run).
-//! This file runs the call; `send` sends it upstream on a leased session, `notify` relays what
-//! the upstream notifies, `park` turns server requests into rounds and takes retries, `rounds`
-//! keeps the pending server requests (pure), `registry` the parked calls, `leg` the client
-//! exchange, `end` every way a call ends.
+//! comes while parked is held (`hold`) for the next retry. `finish` hands back the open leg for
+//! the call's last word; on every way to `Done` the registry entry is retired and the lease
+//! released (closed, not reused, if the upstream call may still run).
+//! This file runs the call; `phase` is where it is, `send` sends it upstream on a leased session,
+//! `notify` relays what the upstream notifies, `park` turns server requests into rounds and takes
+//! retries, `gather` learns how long a round waits, `rounds` keeps the pending server requests
+//! (pure), `replaying` runs its replay and `replay_state` keeps it (pure), `registry` the parked
+//! calls, `leg` the client exchange, `end` every way a call ends.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -52,15 +55,19 @@ mod gather;
 mod leg;
 mod notify;
 mod park;
+mod phase;
 mod registry;
+mod replay_state;
 mod replaying;
 mod rounds;
 mod send;
 
 pub(crate) use gather::Gather;
 pub(crate) use leg::{Leg, LegEvent, Outcome};
+use phase::Phase;
 use registry::ParkGuard;
 pub(crate) use registry::{ParkLimits, ParkedCalls, Retry};
+use replay_state::ReplayState;
 use rounds::Rounds;
 
 /// What every call actor shares.
@@ -115,20 +122,21 @@ pub(crate) struct CallSpec {
     /// Tool or prompt name, or resource URI (picks the replay mode).
     pub(crate) target: String,
     /// Set when the call runs again because the instance that held it is gone: the answers
-    /// its token carried, for the requests the upstream asks again.
+    /// its token carried, for the requests the upstream asks again. The actor moves it into
+    /// its replay state as it starts.
     pub(crate) replay_from: Option<Replayer>,
 }
 
 /// Starts the actor for a fresh call; `first` is the client's exchange.
-pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
+pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
     let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+    let replay = ReplayState::new(spec.replay_from.take());
     let call = Call {
         ctx,
         spec,
-        phase: Phase::Running(first),
+        phase: Phase::start(first),
         rounds: Rounds::default(),
-        journal: Vec::new(),
-        replay_safe: None,
+        replay,
         parking: None,
         lease: None,
         upstream: Upstream::Idle,
@@ -142,6 +150,13 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
     call.ctx.tasks.clone().spawn(Box::pin(call.run()));
 }
 
+impl CallSpec {
+    /// What this call's gather habit is learned under.
+    fn gather_key(&self) -> u64 {
+        gather::key(&self.method, &self.target, &self.capabilities)
+    }
+}
+
 impl CallContext {
     /// Resolves once no call actor runs (after the tracker was closed by the drain).
     pub(crate) async fn wait_idle(&self) {
@@ -151,36 +166,6 @@ impl CallContext {
     /// Call actors running now (parked ones included).
     pub(crate) fn open(&self) -> usize {
         self.tasks.len()
-    }
-}
-
-/// Where the call is; see the module doc for the transitions.
-#[derive(Debug)]
-enum Phase {
-    /// A client exchange is open and the upstream is working.
-    Running(Leg),
-    /// Server requests came while an exchange was open; more may join the round until `until`
-    /// (with `None`, only those already read: see `gather`).
-    Gathering { leg: Leg, until: Option<Instant> },
-    /// A round was answered `input_required`; no exchange is open until a retry or `deadline`.
-    Parked {
-        since: Instant,
-        deadline: Instant,
-        /// The upstream's final message, when it came while parked (sent on the next retry).
-        held_final: Option<Message>,
-    },
-    /// A retry was claimed; its answers are on their way upstream.
-    Resuming(Leg),
-    /// Over.
-    Done,
-}
-
-impl Phase {
-    fn leg(&self) -> Option<&Leg> {
-        match self {
-            Self::Running(leg) | Self::Resuming(leg) | Self::Gathering { leg, .. } => Some(leg),
-            Self::Parked { .. } | Self::Done => None,
-        }
     }
 }
 
@@ -209,10 +194,7 @@ struct Call {
     spec: CallSpec,
     phase: Phase,
     rounds: Rounds,
-    /// Answers delivered upstream so far, by fingerprint (carried by replay-safe tokens).
-    journal: Vec<(String, Value)>,
-    /// Whether the call is replay-safe, once its first round decided it.
-    replay_safe: Option<bool>,
+    replay: ReplayState,
     parking: Option<Parking>,
     lease: Option<Lease>,
     upstream: Upstream,
@@ -245,16 +227,11 @@ impl Call {
         if let Err(e) = Box::pin(self.send_request()).await {
             Box::pin(self.fail(e)).await;
         }
-        while !matches!(self.phase, Phase::Done) {
+        while !self.phase.is_done() {
             let event = self.next_event().await;
-            let parked_since = match self.phase {
-                Phase::Parked { since, .. } => Some(since),
-                _ => None,
-            };
+            let parked_since = self.phase.parked_since();
             Box::pin(self.on_event(event)).await;
-            if let Some(since) =
-                parked_since.filter(|_| !matches!(self.phase, Phase::Parked { .. }))
-            {
+            if let Some(since) = parked_since.filter(|_| self.phase.parked_since().is_none()) {
                 self.ctx.metrics.unparked(since.elapsed());
             }
         }
@@ -281,11 +258,14 @@ impl Call {
             },
             Event::ClientGone => {
                 self.cancel_upstream("the client closed the request").await;
-                self.phase = Phase::Done;
+                // Its exchange goes with it: there is no one to tell.
+                self.phase.finish();
             }
             Event::GatherOver => self.end_gather().await,
             Event::Retry(Some(retry)) => self.on_retry(retry).await,
-            Event::Retry(None) => self.phase = Phase::Done,
+            Event::Retry(None) => {
+                self.phase.finish();
+            }
             Event::Expired => self.expire().await,
             Event::UpstreamQuiet => self.on_quiet_upstream().await,
             Event::Shutdown => self.shut_down().await,
@@ -294,9 +274,9 @@ impl Call {
 
     // The round is gathered: learn from it, and answer it.
     async fn end_gather(&mut self) {
-        let waited = matches!(self.phase, Phase::Gathering { until: Some(_), .. });
+        let waited = matches!(self.phase.gathering(), Some(Some(_)));
         if waited && self.rounds.pending() == 1 {
-            self.ctx.gather.saw_one(self.gather_key());
+            self.ctx.gather.saw_one(self.spec.gather_key());
         }
         let wait = if waited {
             Gathered::Window
@@ -304,9 +284,7 @@ impl Call {
             Gathered::Arrived
         };
         self.ctx.metrics.gathered(wait);
-        if let Some(leg) = self.take_leg() {
-            self.park(leg).await;
-        }
+        self.park().await;
     }
 
     async fn next_event(&mut self) -> Event {
@@ -322,11 +300,7 @@ impl Call {
             ..
         } = self;
         let mut shutdown = ctx.shutdown.clone();
-        let (gather, deadline) = match phase {
-            Phase::Gathering { until, .. } => (Some(*until), None),
-            Phase::Parked { deadline, .. } => (None, Some(*deadline)),
-            _ => (None, None),
-        };
+        let (gather, deadline) = (phase.gathering(), phase.deadline());
         let retries = parking.as_mut().filter(|_| deadline.is_some());
         let stream = match upstream {
             Upstream::InFlight { stream, .. } => Some(stream),
@@ -334,13 +308,11 @@ impl Call {
         };
         // Silence is bounded only while a client waits on the upstream: parked, the TTL bounds
         // it; gathering, the window does.
-        let quiet = match phase {
-            Phase::Running(_) | Phase::Resuming(_) => stream
-                .as_ref()
-                .and_then(|s| s.last_activity())
-                .map(|t| t + ctx.sse_idle_timeout),
-            _ => None,
-        };
+        let quiet = stream
+            .as_ref()
+            .filter(|_| phase.awaits_upstream())
+            .and_then(|s| s.last_activity())
+            .map(|t| t + ctx.sse_idle_timeout);
         let leg = phase.leg();
         // Biased: a retry already claimed (its token checked) is served before a deadline that
         // fires in the same instant.
@@ -400,23 +372,17 @@ impl Call {
             }
             self.rounds.ask_url_elicitations(&elicitations);
             if self.rounds.has_pending() {
-                // Parked already: the elicitations join the next round.
-                if let Some(leg) = self.take_leg() {
-                    self.park(leg).await;
-                }
-                return;
+                // A round (parked already, the elicitations join the next one).
+                return self.park().await;
             }
         }
-        match self.take_leg() {
-            Some(leg) => {
-                let outcome = self.final_outcome(msg, &leg.id);
-                leg.finish(outcome).await;
-            }
-            None => {
-                if let Phase::Parked { held_final, .. } = &mut self.phase {
-                    *held_final = Some(msg);
-                }
-            }
+        // Parked: held for the next retry.
+        let Some(msg) = self.phase.hold(msg) else {
+            return;
+        };
+        if let Some(leg) = self.phase.finish() {
+            let outcome = self.final_outcome(msg, &leg.id);
+            leg.finish(outcome).await;
         }
     }
 
@@ -435,7 +401,7 @@ impl Call {
         }
         // The result of a retry that carried inputResponses must not be cached (caching26).
         // A replayed call's result came from answers too, given in an earlier life.
-        let answered = self.rounds.had_rounds() || self.spec.replay_from.is_some();
+        let answered = self.rounds.had_rounds() || self.replay.is_rerun();
         let (ttl_ms, scope) = if answered {
             (0, CacheScope::Private)
         } else {
@@ -455,24 +421,6 @@ impl Call {
         self.lease
             .as_ref()
             .and_then(|l| l.session().init_result().get("serverInfo"))
-    }
-
-    /// Ends the phase that holds a client exchange and returns the exchange; the phase is
-    /// `Done` until the caller sets the next one. `None` (phase untouched) when none is open.
-    fn take_leg(&mut self) -> Option<Leg> {
-        match std::mem::replace(&mut self.phase, Phase::Done) {
-            Phase::Running(leg) | Phase::Resuming(leg) | Phase::Gathering { leg, .. } => Some(leg),
-            other => {
-                self.phase = other;
-                None
-            }
-        }
-    }
-
-    /// What this call's gather habit is learned under.
-    fn gather_key(&self) -> u64 {
-        let spec = &self.spec;
-        gather::key(&spec.method, &spec.target, &spec.capabilities)
     }
 
     fn session(&self) -> Option<Arc<Session>> {

@@ -1,10 +1,11 @@
 //! How a call ends, on every path: failing on the open exchange (or, parked, retiring the
 //! registry entry so that a late retry learns why), abandoning the upstream call (cancel answers,
 //! then `notifications/cancelled`), expiry, shutdown, and turning away retries that raced the
-//! end. The lease and the registry guard are dropped with the actor.
+//! end (or came when no retry was awaited). The phase ends through `Phase::finish`; the lease and
+//! the registry guard are dropped with the actor.
 
 use super::leg::{Leg, Outcome};
-use super::{Call, Phase, Upstream};
+use super::{Call, Upstream};
 use crate::error::{Failure, ProxyError};
 use crate::input;
 use crate::jsonrpc::ErrorObject;
@@ -16,8 +17,11 @@ impl Call {
     /// Ends the call with `err`: on the open exchange, or, parked (the upstream died meanwhile),
     /// by retiring the entry so that a late retry learns why. The session is not reused.
     pub(super) async fn fail(&mut self, err: ProxyError) {
-        if let Some(leg) = self.take_leg() {
-            return self.fail_on(leg, err).await;
+        if let Some(leg) = self.phase.finish() {
+            let outcome = Outcome::error(&err, &leg.id);
+            leg.finish(outcome).await;
+            self.poison_lease();
+            return;
         }
         // No exchange to carry it: this is the failure's one log line.
         let failure = Failure::of(&err);
@@ -29,15 +33,6 @@ impl Call {
             p.guard.retire(format!("the upstream call failed ({err})"));
         }
         self.poison_lease();
-        self.phase = Phase::Done;
-    }
-
-    /// Ends the call with `err` on `leg`.
-    pub(super) async fn fail_on(&mut self, leg: Leg, err: ProxyError) {
-        let outcome = Outcome::error(&err, &leg.id);
-        leg.finish(outcome).await;
-        self.poison_lease();
-        self.phase = Phase::Done;
     }
 
     /// The parked call's deadline passed without a retry.
@@ -50,7 +45,7 @@ impl Call {
         }
         self.cancel_upstream("the client did not answer in time")
             .await;
-        self.phase = Phase::Done;
+        self.phase.finish();
     }
 
     /// The upstream response of a running call may have been silent for
@@ -122,9 +117,7 @@ impl Call {
             .unwrap_or("the call ended")
             .to_owned();
         while let Ok(r) = park.retries.try_recv() {
-            let err = ProxyError::from(TokenError::Gone(reason.clone()));
-            let outcome = Outcome::error(&err, &r.leg.id);
-            r.leg.finish(outcome).await;
+            turn_away(r.leg, &reason).await;
         }
     }
 
@@ -134,4 +127,11 @@ impl Call {
             l.poison();
         }
     }
+}
+
+/// Answers a retry's exchange that found no parked call to take it: gone, and why.
+pub(super) async fn turn_away(leg: Leg, reason: &str) {
+    let err = ProxyError::from(TokenError::Gone(reason.to_owned()));
+    let outcome = Outcome::error(&err, &leg.id);
+    leg.finish(outcome).await;
 }

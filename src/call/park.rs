@@ -7,10 +7,11 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::leg::{Leg, Outcome};
+use super::end::turn_away;
+use super::leg::Outcome;
 use super::registry::Retry;
 use super::rounds::{self, Answered};
-use super::{Call, Parking, Phase};
+use super::{Call, Parking};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Message};
@@ -56,18 +57,15 @@ impl Call {
         }
         if self.rounds.has_pending() {
             // Asked before an earlier request was answered: this target asks together.
-            self.ctx.gather.saw_together(self.gather_key());
+            self.ctx.gather.saw_together(self.spec.gather_key());
         }
         self.rounds.ask(kind, id, params.as_ref());
         // The first request of a round opens the gather (a window, or only what already came,
         // as learned for the target); while parked, requests simply join the next round.
-        if let Phase::Running(_) = self.phase {
-            if let Some(leg) = self.take_leg() {
-                let window = self.ctx.gather.window(self.gather_key());
-                let until = window.map(|w| Instant::now() + w);
-                self.phase = Phase::Gathering { leg, until };
-            }
-        }
+        self.phase.gather(|| {
+            let window = self.ctx.gather.window(self.spec.gather_key());
+            window.map(|w| Instant::now() + w)
+        });
     }
 
     // The request needs a capability the client did not declare: refuse it upstream, cancel the
@@ -83,16 +81,20 @@ impl Call {
         self.fail(ProxyError::MissingCapability { required }).await;
     }
 
-    /// Answers `leg` with the pending requests as a round behind a fresh requestState; the call
-    /// is then parked until a retry or the deadline.
-    pub(super) async fn park(&mut self, leg: Leg) {
+    /// Answers the open exchange with the pending requests as a round behind a fresh
+    /// requestState; the call is then parked until a retry or the deadline. Without an open
+    /// exchange (parked already) the requests wait for the next round.
+    pub(super) async fn park(&mut self) {
+        if self.phase.leg().is_none() {
+            return;
+        }
         let handle = match self.registered() {
             Ok(h) => h,
             Err(e) => {
                 self.ctx.metrics.limit_hit(Limit::Parked);
                 self.cancel_upstream("the proxy is at its parked-call limit")
                     .await;
-                return self.fail_on(leg, e).await;
+                return self.fail(e).await;
             }
         };
         let journal = self.journal().await;
@@ -109,7 +111,7 @@ impl Call {
         claims.replay = journal;
         let token = match tokens.sign(&claims) {
             Ok(t) => t,
-            Err(e) => return self.fail_on(leg, ProxyError::Internal(e.to_string())).await,
+            Err(e) => return self.fail(ProxyError::Internal(e.to_string())).await,
         };
         if let Some(p) = &self.parking {
             p.guard.open_round(&claims.token_id, round.keys.clone());
@@ -118,13 +120,12 @@ impl Call {
         let result = rounds::input_required(&round, &token, self.server_info());
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
+        // Open since the check above: nothing in between finishes the call.
+        let Some(leg) = self.phase.park(deadline) else {
+            return;
+        };
         let body = jsonrpc::response_bytes(&leg.id, &jsonrpc::text(&result));
         leg.finish(Outcome::round(body, round.number)).await;
-        self.phase = Phase::Parked {
-            since: Instant::now(),
-            deadline,
-            held_final: None,
-        };
     }
 
     // The call's registry handle, registering it on its first round.
@@ -150,12 +151,13 @@ impl Call {
     /// then run on (every key answered) or ask again for the missing keys.
     pub(super) async fn on_retry(&mut self, retry: Retry) {
         let claimed = Instant::now();
-        let held = match std::mem::replace(&mut self.phase, Phase::Resuming(retry.leg)) {
-            Phase::Parked { held_final, .. } => held_final,
-            _ => None,
+        let held = match self.phase.resume(retry.leg) {
+            Ok(held) => held,
+            // Retries are read only while parked (see `next_event`).
+            Err(leg) => return turn_away(leg, "the call was not waiting for a retry").await,
         };
         if let Some(msg) = held {
-            if let Some(leg) = self.take_leg() {
+            if let Some(leg) = self.phase.finish() {
                 let outcome = self.final_outcome(msg, &leg.id);
                 leg.finish(outcome).await;
             }
@@ -166,7 +168,7 @@ impl Call {
             reissue,
             journal,
         } = self.rounds.answer(&retry.answers);
-        self.journal.extend(journal);
+        self.replay.delivered(journal);
         if let Err(e) = deliver(self.session(), deliveries).await {
             return self.fail(e.into()).await;
         }
@@ -176,15 +178,16 @@ impl Call {
             }
         }
         self.ctx.metrics.resumed(claimed.elapsed());
-        let Some(leg) = self.take_leg() else { return };
         if self.rounds.has_pending() {
             // Keys still unanswered: ask again for just those, same parked call, fresh token.
-            return self.park(leg).await;
+            return self.park().await;
         }
-        if let Some(p) = &self.parking {
-            p.guard.close_round();
+        // Not when the client left while the call was sent again (the call is over).
+        if self.phase.run() {
+            if let Some(p) = &self.parking {
+                p.guard.close_round();
+            }
         }
-        self.phase = Phase::Running(leg);
     }
 }
 

@@ -1,11 +1,12 @@
 //! Replay in the actor: whether the call is replay-safe (config, or the upstream's own tool
 //! annotations), the journal its next token carries, and — for a call run again because its
-//! owner is gone — answering the upstream's requests from the old token's journal.
+//! owner is gone — answering the upstream's requests from the old token's journal. What the call
+//! keeps of it is its `ReplayState` (pure, in `replay_state`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use super::Call;
@@ -24,7 +25,7 @@ impl Call {
     /// Whether this call may be run again elsewhere from its token; decided once, at its
     /// first round.
     pub(super) async fn replay_safe(&mut self) -> bool {
-        if let Some(safe) = self.replay_safe {
+        if let Some(safe) = self.replay.decided() {
             return safe;
         }
         let safe = match self.ctx.replay.mode(&self.spec.method, &self.spec.target) {
@@ -35,7 +36,7 @@ impl Call {
                 annotated_safe(&self.ctx.tool_hints, session, &self.spec.target).await
             }
         };
-        self.replay_safe = Some(safe);
+        self.replay.decide(safe);
         safe
     }
 
@@ -45,15 +46,8 @@ impl Call {
         if !self.replay_safe().await {
             return None;
         }
-        let journal = Journal {
-            answered: self.journal.clone(),
-            pending: self.rounds.fingerprints(),
-        };
-        if journal.encode(self.ctx.replay.max_state).is_none() {
-            tracing::debug!("the replay journal outgrew replay.max_state: no longer replayable");
-            return None;
-        }
-        Some(journal)
+        let pending = self.rounds.fingerprints();
+        self.replay.journal(pending, self.ctx.replay.max_state)
     }
 
     /// For a call run again from a token: answers `msg` upstream when the token's journal (or
@@ -65,11 +59,11 @@ impl Call {
         msg: &Message,
         (kind, params): (InputKind, Option<&Value>),
     ) -> bool {
-        let Some(replayer) = self.spec.replay_from.as_mut() else {
+        if !self.replay.is_rerun() {
             return false;
-        };
+        }
         let fp = replay::fingerprint(kind.method(), params);
-        let Some(answer) = replayer.take(&fp) else {
+        let Some(answer) = self.replay.replayed(&fp) else {
             return false;
         };
         let asked = Asked {
@@ -86,7 +80,7 @@ impl Call {
             return false;
         }
         self.ctx.metrics.answer_replayed();
-        self.journal.push((fp, answer));
+        self.replay.delivered([(fp, answer)]);
         true
     }
 }
@@ -114,44 +108,16 @@ async fn annotated_safe(hints: &ToolHints, session: Option<Arc<Session>>, tool: 
 
 // Every tool of the upstream's `tools/list` (all pages, bounded) and whether it is replay-safe.
 async fn read_hints(session: &Arc<Session>) -> Vec<(String, bool)> {
-    let mut found = Vec::new();
-    let mut cursor: Option<String> = None;
-    for _ in 0..MAX_LIST_PAGES {
-        let params = cursor
-            .as_ref()
-            .map_or(json!({}), |c| json!({ "cursor": c }));
-        let Ok((id, mut stream)) = session.request("tools/list", &params).await else {
-            break;
-        };
-        let mut result = None;
-        while let Some(Ok(bytes)) = stream.next().await {
-            let Ok(msg) = Message::parse(&bytes) else {
-                continue;
-            };
-            if msg
-                .id
-                .as_ref()
-                .is_some_and(|i| i.get().trim() == id.to_string())
-            {
-                result = msg
-                    .result
-                    .and_then(|r| serde_json::from_str::<Value>(r.get()).ok());
-                break;
-            }
-        }
-        let Some(result) = result else { break };
-        for tool in result["tools"].as_array().into_iter().flatten() {
-            let Some(name) = tool["name"].as_str() else {
-                continue;
-            };
+    let tools = session
+        .list_all("tools/list", "tools", MAX_LIST_PAGES)
+        .await;
+    tools
+        .iter()
+        .filter_map(|tool| {
+            let name = tool["name"].as_str()?;
             let a = &tool["annotations"];
             let safe = a["readOnlyHint"] == true || a["idempotentHint"] == true;
-            found.push((name.to_owned(), safe));
-        }
-        cursor = result["nextCursor"].as_str().map(str::to_owned);
-        if cursor.is_none() {
-            break;
-        }
-    }
-    found
+            Some((name.to_owned(), safe))
+        })
+        .collect()
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::{or_pending, Call, Leg, Phase, Upstream};
+use super::{or_pending, Call, Leg, Upstream};
 use crate::error::ProxyError;
 use crate::upstream::{MessageStream, ResponseStream, Session, UpstreamError};
 
@@ -29,7 +29,8 @@ impl Call {
     pub(super) async fn send_request(&mut self) -> Result<(), ProxyError> {
         for attempt in 0..2 {
             let Some(session) = self.leased_session().await? else {
-                self.phase = Phase::Done;
+                // The client left: its exchange goes with it.
+                self.phase.finish();
                 return Ok(());
             };
             let (id, headers) =

@@ -1,5 +1,6 @@
 //! One legacy upstream session: `initialize` with the client's capabilities, the standalone GET
-//! stream kept open, and the plumbing to send requests, notifications and answers on it.
+//! stream kept open, and the plumbing to send requests, notifications and answers on it (a
+//! request the proxy makes for itself, with its reply read, is `request`'s).
 //!
 //! Server requests arriving on the GET stream go to whichever call currently leases the session
 //! (its inbox); `ping` and requests that belong to no call are answered here.
@@ -23,6 +24,7 @@ use crate::body;
 use crate::jsonrpc::{self, ErrorObject};
 
 mod get_stream;
+mod request;
 mod wire;
 
 use wire::{base_request, close_with, drain, handshake, init_params, initialize_result};
@@ -285,27 +287,13 @@ impl Session {
         Ok(resp)
     }
 
-    /// Sends a request; returns its id and the response's message stream.
+    /// Starts a request: its id now, and a future of its response's message stream that
+    /// resolves once the upstream sends headers. The wait for headers is not bounded here: the
+    /// caller decides (see `call`, and [`Session::request`]).
     ///
     /// # Errors
-    /// As [`Session::post`]; other non-2xx statuses whose body is not JSON-RPC give
-    /// [`UpstreamError::Status`].
-    pub(crate) async fn request(
-        self: &Arc<Self>,
-        method: &str,
-        params: &Value,
-    ) -> Result<(i64, MessageStream), UpstreamError> {
-        let params = jsonrpc::raw(params);
-        let (id, headers) = self.start_request(method, params.as_deref());
-        match tokio::time::timeout(self.client.timeout(), headers).await {
-            Ok(stream) => Ok((id, stream?)),
-            Err(_) => Err(UpstreamError::Timeout),
-        }
-    }
-
-    /// Starts a request: its id now, and a future of its response's message stream that
-    /// resolves once the upstream sends headers (the errors of [`Session::request`]). The wait
-    /// for headers is not bounded here: the caller decides (see `call`).
+    /// The future fails as [`Session::post`]; other non-2xx statuses whose body is not
+    /// JSON-RPC give [`UpstreamError::Status`].
     pub(crate) fn start_request(
         self: &Arc<Self>,
         method: &str,
