@@ -1,11 +1,11 @@
 //! What a call keeps of its replay, pure: whether it is replay-safe (decided once), the answers
 //! delivered upstream so far (the journal its tokens carry) and, for a call run again from a
 //! token, that token's answers not yet replayed. The actor's side is `replaying`; what a journal
-//! is and how a token carries it, `crate::replay`.
+//! is and how a token carries it, `state::replay`.
 
 use serde_json::Value;
 
-use crate::replay::{Journal, Replayer};
+use crate::state::replay::{Journal, Replayer};
 
 /// A call's replay: whether it is replay-safe, what it was answered so far, and, run again from
 /// a token, what that token answered.
