@@ -25,7 +25,8 @@
 //! - `fuzzing`: entry points of the `cargo fuzz` targets (`fuzz/`); `benching`: what the
 //!   benchmarks measure below HTTP
 //! - [`server`]: listener, accept loop (`conns`: the connection table; `accept`: the pause
-//!   after a failed accept), admin routes, shutdown; [`demo`]: the built-in walkthrough
+//!   after a failed accept; `descriptors`: the limit raised at start), admin routes, shutdown;
+//!   [`demo`]: the built-in walkthrough
 //! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
 //! - `edge`: every response built, the SSE writer, failure logging
 //! - [`app`]: the shared state

@@ -86,6 +86,7 @@ async fn main() -> ExitCode {
 
 async fn serve(config: Config) -> ExitCode {
     telemetry::init_with(config.log_format, &config.log_level);
+    server::raise_descriptor_limit();
     let mcp_path = config.mcp_path.clone();
     let admin_listen = config.admin_listen;
     let listen = config.listen;

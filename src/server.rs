@@ -46,6 +46,9 @@ const DRAIN_QUIET: Duration = Duration::from_millis(250);
 
 mod accept;
 mod conns;
+mod descriptors;
+
+pub use descriptors::raise_descriptor_limit;
 
 pub(crate) use accept::AcceptBackoff;
 use conns::{Admitted, Conns};
