@@ -24,8 +24,9 @@
 //! Modules, each depending only on those below it (a test fails on any cycle):
 //! - `fuzzing`: entry points of the `cargo fuzz` targets (`fuzz/`); `benching`: what the
 //!   benchmarks measure below HTTP
-//! - [`server`]: listener, accept loop (`conns`: the connection table), admin routes,
-//!   shutdown; [`demo`]: the built-in walkthrough
+//! - [`server`]: listener, accept loop (`conns`: the connection table; `accept`: the pause
+//!   after a failed accept; `descriptors`: the limit raised at start), admin routes, shutdown;
+//!   [`demo`]: the built-in walkthrough
 //! - `front`: the front door (`validate`, `cors`, `listen`, `relay` beneath it)
 //! - `edge`: every response built, the SSE writer, failure logging
 //! - [`app`]: the shared state

@@ -87,6 +87,7 @@ async fn main() -> ExitCode {
 
 async fn serve(config: Config) -> ExitCode {
     telemetry::init_with(config.log.format, &config.log.level);
+    server::raise_descriptor_limit();
     let mcp_path = config.server.mcp_path.clone();
     let admin_listen = config.admin.listen;
     let listen = config.server.listen;

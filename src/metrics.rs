@@ -16,8 +16,8 @@ mod labels;
 
 use labels::Reload;
 pub(crate) use labels::{
-    Capability, Direction, Era, Forward, Gathered, Limit, Method, Outcome, TokenRejection,
-    UpstreamFailure,
+    AcceptFailure, Capability, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
+    TokenRejection, UpstreamFailure,
 };
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -69,6 +69,11 @@ struct LimitLabel {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AcceptLabel {
+    kind: AcceptFailure,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReloadLabel {
     result: Reload,
 }
@@ -116,6 +121,7 @@ pub(crate) struct Metrics {
     replays: Counter,
     replayed_answers: Counter,
     limits: Family<LimitLabel, Counter>,
+    accept_errors: Family<AcceptLabel, Counter>,
     parked: Gauge,
     parked_bytes: Gauge,
     sessions: Gauge,
@@ -168,6 +174,7 @@ impl Metrics {
             replays: Counter::default(),
             replayed_answers: Counter::default(),
             limits: Family::default(),
+            accept_errors: Family::default(),
             parked: Gauge::default(),
             parked_bytes: Gauge::default(),
             sessions: Gauge::default(),
@@ -280,6 +287,11 @@ impl Metrics {
             "Requests refused or connections shed by a bound, by bound",
             self.limits.clone(),
         );
+        r.register(
+            "accept_errors",
+            "Failed accepts of a client connection, by kind",
+            self.accept_errors.clone(),
+        );
         r.register("parked_calls", "Calls parked now", self.parked.clone());
         r.register_with_unit(
             "parked_memory",
@@ -307,6 +319,13 @@ impl Metrics {
     /// A bound refused a request or shed a connection.
     pub(crate) fn limit_hit(&self, limit: Limit) {
         self.limits.get_or_create(&LimitLabel { limit }).inc();
+    }
+
+    /// Accepting a client connection failed.
+    pub(crate) fn accept_failed(&self, kind: AcceptFailure) {
+        self.accept_errors
+            .get_or_create(&AcceptLabel { kind })
+            .inc();
     }
 
     /// A retry for another instance was forwarded, or could not be.

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::body::{full, Body};
-use crate::metrics::{Limit, Snapshot};
+use crate::metrics::{AcceptFailure, Limit, Snapshot};
 use crate::{edge, front};
 
 /// How long connections get, after the cancel phase, to deliver their last answers.
@@ -44,8 +44,13 @@ const ADMIN_CONNECTIONS: usize = 64;
 /// The drain ends early only after this long with no call open and no request seen.
 const DRAIN_QUIET: Duration = Duration::from_millis(250);
 
+mod accept;
 mod conns;
+mod descriptors;
 
+pub use descriptors::raise_descriptor_limit;
+
+pub(crate) use accept::AcceptBackoff;
 use conns::{Admitted, Conns};
 
 /// The sockets to serve: the MCP endpoint, and optionally a separate admin one.
@@ -242,11 +247,16 @@ async fn accept(
     routes: Routes,
 ) {
     let settings = ConnSettings::of(&app.config);
+    let mut backoff = AcceptBackoff::new();
     loop {
         let (stream, peer) = match listener.accept().await {
-            Ok(x) => x,
+            Ok(x) => {
+                backoff.accepted();
+                x
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
+                app.metrics.accept_failed(AcceptFailure::of(&e));
+                backoff.failed(&e).await;
                 continue;
             }
         };

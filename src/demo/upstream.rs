@@ -21,6 +21,7 @@ use tokio::net::TcpListener;
 
 use super::session::{dispatch, init_result, Out, Sess};
 use crate::body::{empty, full, Body, ChannelBody};
+use crate::server::AcceptBackoff;
 
 /// A running demo upstream.
 #[derive(Debug)]
@@ -113,9 +114,17 @@ where
     Fut: std::future::Future<Output = Response<Body>> + Send + 'static,
 {
     tokio::spawn(async move {
+        let mut backoff = AcceptBackoff::new();
         loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                continue;
+            let stream = match listener.accept().await {
+                Ok((stream, _)) => {
+                    backoff.accepted();
+                    stream
+                }
+                Err(e) => {
+                    backoff.failed(&e).await;
+                    continue;
+                }
             };
             let _ = stream.set_nodelay(true);
             let st = Arc::clone(&state);

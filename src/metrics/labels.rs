@@ -134,6 +134,18 @@ label_values! {
 }
 
 label_values! {
+    /// Why accepting a connection failed.
+    AcceptFailure {
+        /// The process or the system is out of file descriptors (`EMFILE`, `ENFILE`).
+        Descriptors => "descriptors",
+        /// The connection was gone before it was accepted (aborted, reset): only that one lost.
+        Connection => "connection",
+        /// Anything else, such as the kernel out of buffers or memory (`ENOBUFS`, `ENOMEM`).
+        Other => "other",
+    }
+}
+
+label_values! {
     /// How a round was gathered (`state.gather`).
     Gathered {
         /// It waited out `state.gather_window` for more server requests.
@@ -197,6 +209,24 @@ impl Method {
             http::Method::GET => Self::HttpGet,
             http::Method::DELETE => Self::HttpDelete,
             _ => Self::HttpPost,
+        }
+    }
+}
+
+impl AcceptFailure {
+    /// The label of an error `accept` returned.
+    pub(crate) fn of(error: &std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        match (error.raw_os_error(), error.kind()) {
+            (Some(libc::EMFILE | libc::ENFILE), _) => Self::Descriptors,
+            (
+                _,
+                ErrorKind::ConnectionAborted
+                | ErrorKind::ConnectionReset
+                | ErrorKind::ConnectionRefused
+                | ErrorKind::Interrupted,
+            ) => Self::Connection,
+            _ => Self::Other,
         }
     }
 }

@@ -13,6 +13,9 @@
 mod architecture;
 mod cluster;
 mod config_docs;
+// Reads CPU time from /proc.
+#[cfg(target_os = "linux")]
+mod descriptors;
 mod front;
 mod fuzz_regressions;
 mod gather;

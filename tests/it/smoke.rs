@@ -55,7 +55,7 @@ async fn binary_serves_healthz_and_exits_on_sigterm() {
 }
 
 /// Sends SIGTERM and waits for the exit.
-async fn terminate(child: std::process::Child) -> std::process::ExitStatus {
+pub(crate) async fn terminate(child: std::process::Child) -> std::process::ExitStatus {
     sigterm(&child);
     exit_of(child).await
 }
@@ -146,7 +146,8 @@ impl Stderr {
     }
 }
 
-fn url_in(line: &str) -> String {
+/// The first URL in a log line.
+pub(crate) fn url_in(line: &str) -> String {
     line.split_whitespace()
         .find(|w| w.starts_with("http://"))
         .unwrap()
