@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
-use crate::call::{CallContext, Gather, ParkLimits, ParkedCalls};
+use crate::call::{CallContext, Gather, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::Config;
 use crate::limits::PrincipalGate;
@@ -74,14 +74,7 @@ impl App {
         let tokens = Arc::new(TokenCodec::new(keys, issuer, config.state.ttl));
         let calls = Arc::new(CallContext {
             pool: Arc::clone(&pool),
-            parked: ParkedCalls::new(
-                ParkLimits {
-                    total: config.state.parked.total,
-                    per_principal: config.state.parked.per_principal,
-                    bytes: config.state.parked.bytes,
-                },
-                config.state.ttl,
-            ),
+            parked: ParkedCalls::new(config.state.parked, config.state.ttl),
             tokens: Arc::clone(&tokens),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
@@ -89,8 +82,7 @@ impl App {
             gather: Gather::new(config.state.gather),
             sse_idle_timeout: config.upstream.sse_idle_timeout,
             max_input_requests: config.state.max_input_requests,
-            cache_ttl_ms: config.results.ttl_ms,
-            cache_scope: config.results.scope,
+            results: config.results,
             replay: config.replay.clone(),
             tool_hints: Default::default(),
         });

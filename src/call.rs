@@ -39,7 +39,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::config::CacheScope;
+use crate::config::{self, CacheScope};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, Kind, Message};
@@ -66,7 +66,7 @@ pub(crate) use gather::Gather;
 pub(crate) use leg::{Leg, LegEvent, Outcome};
 use phase::Phase;
 use registry::ParkGuard;
-pub(crate) use registry::{ParkLimits, ParkedCalls, Retry};
+pub(crate) use registry::{ParkedCalls, Retry};
 use replay_state::ReplayState;
 use rounds::Rounds;
 
@@ -91,12 +91,10 @@ pub(crate) struct CallContext {
     pub(crate) sse_idle_timeout: Duration,
     /// Server requests one call may have pending at once.
     pub(crate) max_input_requests: usize,
-    /// `ttlMs` for cacheable results (calls that had no round).
-    pub(crate) cache_ttl_ms: u64,
-    /// `cacheScope` for cacheable results (calls that had no round).
-    pub(crate) cache_scope: CacheScope,
+    /// The cache hints for cacheable results (calls that had no round).
+    pub(crate) results: config::Results,
     /// Which calls are replay-safe, and how large a journal a token carries.
-    pub(crate) replay: crate::config::Replay,
+    pub(crate) replay: config::Replay,
     /// The upstream's tool annotations, for `replay = "annotations"`.
     pub(crate) tool_hints: crate::state::replay::ToolHints,
 }
@@ -405,7 +403,7 @@ impl Call {
         let (ttl_ms, scope) = if answered {
             (0, CacheScope::Private)
         } else {
-            (self.ctx.cache_ttl_ms, self.ctx.cache_scope)
+            (self.ctx.results.ttl_ms, self.ctx.results.scope)
         };
         let ctx = RewriteCtx {
             server_info: self.server_info(),

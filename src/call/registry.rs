@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::leg::Leg;
+use crate::config::ParkedBounds;
 use crate::error::ProxyError;
 use crate::input::Asked;
 use crate::state::{Claims, TokenError};
@@ -25,17 +26,6 @@ pub(crate) struct Retry {
     pub(crate) answers: Map<String, Value>,
     /// Where to send what comes next.
     pub(crate) leg: Leg,
-}
-
-/// How many calls may be parked, and how much memory they may hold.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ParkLimits {
-    /// Parked calls in all.
-    pub(crate) total: usize,
-    /// Parked calls of one principal.
-    pub(crate) per_principal: usize,
-    /// Bytes charged to parked calls in all (see [`ParkedCalls::register`]).
-    pub(crate) bytes: usize,
 }
 
 /// What one parked call is charged besides its params: its actor, its upstream stream and
@@ -50,7 +40,7 @@ pub(crate) struct ParkedCalls {
     per_principal: DashMap<String, usize>,
     total: AtomicUsize,
     held_bytes: AtomicUsize,
-    limits: ParkLimits,
+    limits: ParkedBounds,
     tombstone_ttl: Duration,
 }
 
@@ -89,7 +79,7 @@ pub(crate) struct ParkGuard {
 
 impl ParkedCalls {
     /// An empty registry with the given bounds.
-    pub(crate) fn new(limits: ParkLimits, tombstone_ttl: Duration) -> Arc<Self> {
+    pub(crate) fn new(limits: ParkedBounds, tombstone_ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
             per_principal: DashMap::new(),
@@ -356,8 +346,8 @@ mod tests {
         assert_eq!(calls.held_bytes(), 0);
     }
 
-    fn limits(n: usize) -> ParkLimits {
-        ParkLimits {
+    fn limits(n: usize) -> ParkedBounds {
+        ParkedBounds {
             total: n,
             per_principal: n,
             bytes: usize::MAX,
@@ -366,7 +356,7 @@ mod tests {
 
     #[test]
     fn the_memory_bound_refuses_a_call_and_counts_nothing_for_it() {
-        let bound = ParkLimits {
+        let bound = ParkedBounds {
             bytes: 3 * PARKED_CALL_OVERHEAD,
             ..limits(10)
         };

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::Call;
 use crate::config::ReplayMode;
 use crate::input::{self, Asked, InputKind};
-use crate::jsonrpc::Message;
+use crate::jsonrpc::{self, Message};
 use crate::state::replay::{self, Journal, ToolHints};
 use crate::upstream::Session;
 
@@ -75,7 +75,7 @@ impl Call {
             return false;
         }
         let id = msg.id.as_ref().map_or("null", |i| i.get());
-        if let Err(e) = session.answer(id, Ok(&answer.to_string())).await {
+        if let Err(e) = session.answer(id, Ok(&jsonrpc::text(&answer))).await {
             tracing::debug!(error = %e, "could not replay an answer upstream");
             return false;
         }

@@ -334,12 +334,8 @@ impl Session {
     /// # Errors
     /// As [`Session::post`].
     pub(crate) async fn notify(&self, method: &str, params: &Value) -> Result<(), UpstreamError> {
-        let body = if params.is_null() {
-            serde_json::to_vec(&json!({"jsonrpc":"2.0","method":method})).unwrap_or_default()
-        } else {
-            jsonrpc::notification_bytes(method, params)
-        };
-        self.deliver(body).await
+        self.deliver(jsonrpc::notification_bytes(method, params))
+            .await
     }
 
     // Sends a message that gets no answer: on a link, or POSTed with the (202) answer drained.
