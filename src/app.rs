@@ -12,7 +12,7 @@ use crate::call::{CallContext, Gather, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::Config;
 use crate::limits::PrincipalGate;
-use crate::metrics::Metrics;
+use crate::ops::metrics::Metrics;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::replay::ReplayLedger;
 use crate::state::{random_id, TokenCodec};

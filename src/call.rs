@@ -43,7 +43,7 @@ use crate::config::{self, CacheScope};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, Kind, Message};
-use crate::metrics::{Gathered, Metrics};
+use crate::ops::metrics::{Gathered, Metrics};
 use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
 use crate::rewrite::{self, RewriteCtx};
 use crate::state::replay::Replayer;
@@ -218,9 +218,9 @@ enum Event {
 }
 
 impl Call {
-    // The steps are boxed as they run: inline, the largest of them (an event's handling) sized
-    // the whole future, 8 KiB in release, which every parked call held while it waited; boxed,
-    // it is ~4 KiB, and a step's box lives only while the step runs.
+    // The steps are boxed as they run: inline, the largest of them (an event's handling) would
+    // size the whole future, which every parked call holds while it waits; boxed, a step's box
+    // lives only while the step runs (`docs/BENCHMARKS.md` has the sizes).
     async fn run(mut self) {
         if let Err(e) = Box::pin(self.send_request()).await {
             Box::pin(self.fail(e)).await;

@@ -1,12 +1,7 @@
 //! Scale-out without sticky sessions or a shared store: a retry whose verified requestState
 //! names another instance is forwarded to that instance, which resumes its parked call as if the
-//! client had come directly; the answer streams back through this one.
-//!
-//! ```text
-//! retry ─▶ verify token ─▶ owner == me ─▶ claim locally
-//!                        └ owner is a known peer ─▶ POST to it (one hop, peer-signed) ─▶ stream back
-//!                        └ otherwise ─▶ the call is lost (-32602, HTTP 410: start it again)
-//! ```
+//! client had come directly; the answer streams back through this one (where this sits in the
+//! pipeline: README.md § Architecture; `front/retry` decides to forward).
 //!
 //! Addresses come only from the configured peer set (`cluster.peers`, `cluster.peers_dns`),
 //! never from a token: a token names an instance id, and which peer has that id is learnt by
@@ -29,7 +24,7 @@ use crate::body::{self, Body};
 use crate::config;
 use crate::error::ProxyError;
 use crate::http_client::OriginClient;
-use crate::metrics::{Forward, Metrics};
+use crate::ops::metrics::{Forward, Metrics};
 use crate::protocol::HOP_BY_HOP;
 use crate::state::{unix, TokenCodec};
 

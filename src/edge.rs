@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::body::{self, Body, ChannelBody};
 use crate::call::{LegEvent, Outcome};
 use crate::error::{Failure, ProxyError};
-use crate::metrics::{self, RequestTimer, UpstreamFailure};
+use crate::ops::metrics::{self, RequestTimer, UpstreamFailure};
 use crate::sse;
 
 /// SSE events buffered toward a slow client before the producer waits.

@@ -8,7 +8,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::jsonrpc::{self, ErrorObject};
-use crate::metrics::{Outcome, UpstreamFailure};
+use crate::ops::metrics::{Outcome, UpstreamFailure};
 use crate::protocol::{self, MODERN_VERSION};
 use crate::state::TokenError;
 use crate::upstream::UpstreamError;

@@ -1,8 +1,8 @@
 //! The front door: every request on the MCP path, top to bottom. `handle` checks the `Origin`
 //! (and answers CORS) → `post` bounds and reads the body → `classify` (era and envelope; legacy
 //! traffic leaves here for `relay`) → `validate` (headers, `_meta`, method) → `route`: discover,
-//! listen, a retry (token verified, parked call claimed, answers handed over) or a new call (the
-//! call actor) → `edge` answers, JSON or SSE.
+//! listen, a retry (`retry`: here, at its owner, or replayed) or a new call (`start`: the call
+//! actor) → `edge` answers, JSON or SSE. The whole pipeline is drawn in README.md § Architecture.
 
 use std::sync::Arc;
 
@@ -20,7 +20,7 @@ use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
-use crate::metrics::{self, Era, Limit, RequestTimer};
+use crate::ops::metrics::{self, Era, Limit, RequestTimer};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::metrics::Capability;
+use crate::ops::metrics::Capability;
 
 mod schemas;
 

@@ -197,15 +197,15 @@ pub(crate) fn request_bytes(id: i64, method: &str, params: Option<&RawValue>) ->
     out
 }
 
-/// `v` as raw JSON text (`None` only if it cannot be serialised, which a `Value` always can).
-/// `v` as compact JSON text, written straight into one buffer. (`Value`'s `Display`, behind
-/// `to_string()`, goes through the formatter one small write at a time: a profile of the MRTR
-/// round found it at several times the instructions.)
+/// `v` as compact JSON text, written straight into one buffer: the one way the proxy makes JSON
+/// text of a `Value`. (`Value`'s `Display`, behind `to_string()`, goes through the formatter
+/// one small write at a time; `docs/BENCHMARKS.md` has what that cost.)
 pub(crate) fn text(v: &Value) -> String {
     // A `Value` always serializes (its keys are strings).
     serde_json::to_string(v).unwrap_or_default()
 }
 
+/// `v` as raw JSON text (`None` only if it cannot be serialised, which a `Value` always can).
 pub(crate) fn raw(v: &Value) -> Option<Box<RawValue>> {
     serde_json::value::to_raw_value(v).ok()
 }

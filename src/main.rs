@@ -6,9 +6,10 @@ use clap::Parser;
 use mrtr_proxy::app::App;
 use mrtr_proxy::cli::{Cli, Command};
 use mrtr_proxy::config::{self, Config};
+use mrtr_proxy::demo;
+use mrtr_proxy::ops::{healthcheck, shutdown, telemetry};
 use mrtr_proxy::server::{self, Listeners};
 use mrtr_proxy::state::keys;
-use mrtr_proxy::{demo, healthcheck, shutdown, telemetry};
 
 // Config errors exit with EX_USAGE so supervisors can tell them from crashes.
 const EXIT_CONFIG: u8 = 64;

@@ -31,7 +31,7 @@ use tokio::time::Instant;
 
 use crate::app::App;
 use crate::body::{full, Body};
-use crate::metrics::{AcceptFailure, Limit, Snapshot};
+use crate::ops::metrics::{AcceptFailure, Limit, Snapshot};
 use crate::{edge, front};
 
 /// How long connections get, after the cancel phase, to deliver their last answers.
@@ -131,7 +131,7 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
 pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) {
     let conns = Conns::new(app.config.server.max_connections);
     let background = tokio::spawn(background(Arc::clone(&app)));
-    let reloads = tokio::spawn(crate::shutdown::on_hangup({
+    let reloads = tokio::spawn(crate::ops::shutdown::on_hangup({
         let app = Arc::clone(&app);
         move || reload_keys(&app)
     }));

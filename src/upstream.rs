@@ -1,5 +1,5 @@
-//! Talking to the legacy upstream, as a correct legacy (2025-06-18 / 2025-11-25) client: the HTTP
-//! client, the reader of response bodies, legacy sessions (handshake, GET stream, answers) and
+//! Talking to the legacy upstream, as a correct legacy (2025-06-18 / 2025-11-25) client: its
+//! client (on the proxy's one `http_client`), the reader of response bodies, legacy sessions (handshake, GET stream, answers) and
 //! their bounded pool, and the change feed for `subscriptions/listen`. Knows nothing of modern
 //! clients or of calls: the call actor drives a leased session.
 

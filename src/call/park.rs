@@ -15,7 +15,7 @@ use super::{Call, Parking};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Message};
-use crate::metrics::Limit;
+use crate::ops::metrics::Limit;
 use crate::protocol::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::state::random_id;
 use crate::upstream::{Session, UpstreamError};

@@ -10,7 +10,7 @@ use crate::app::App;
 use crate::body::{self, Body};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
-use crate::metrics::{Direction, Metrics, Outcome, RequestTimer};
+use crate::ops::metrics::{Direction, Metrics, Outcome, RequestTimer};
 use crate::protocol::strip_hop_by_hop;
 
 /// Relays `req` to the upstream's MCP endpoint and streams the response back, counting the

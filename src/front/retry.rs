@@ -18,7 +18,7 @@ use crate::call::{LegEvent, Retry};
 use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
-use crate::metrics::{self, RequestTimer, TokenRejection};
+use crate::ops::metrics::{self, RequestTimer, TokenRejection};
 use crate::state::replay::Replayer;
 use crate::state::{request_digest, Claims, TokenError};
 

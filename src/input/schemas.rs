@@ -1,7 +1,7 @@
 //! Compiled `requestedSchema`s, remembered by their text.
 //!
-//! Compiling a JSON Schema costs far more than the rest of a round (callgrind: about half a
-//! million instructions for a three-field form, most of the round), and an upstream's tool asks
+//! Compiling a JSON Schema costs far more than the rest of a round (`docs/BENCHMARKS.md` has
+//! the profile), and an upstream's tool asks
 //! with the same schema every time. Compiling is a pure function of the schema, so a validator
 //! compiled once serves every round that asks with the same text. The memo is bounded: past
 //! [`MAX_ENTRIES`] it starts over, and schemas longer than [`MAX_KEY`] bytes are compiled each

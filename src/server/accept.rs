@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::metrics::AcceptFailure;
+use crate::ops::metrics::AcceptFailure;
 
 /// The first pause after a failed accept.
 const MIN_PAUSE: Duration = Duration::from_millis(10);

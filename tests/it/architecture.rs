@@ -1,5 +1,5 @@
 //! The shape of `src/`, checked: no cycle between modules (neither between files nor between
-//! top-level modules), and no long function on the request path.
+//! top-level modules), no long function on the request path, and no long file outside the tests.
 //!
 //! A module depends on another when its code names it: `crate::a::b` paths, `super::…` paths,
 //! `self::…` and paths through its own child modules (`rounds::Rounds`), `use` trees included.
@@ -12,6 +12,9 @@ use std::path::Path;
 
 /// Longest function allowed outside `src/demo/` (the built-in example server and client).
 const MAX_FN_LINES: usize = 60;
+/// Longest file (its in-file unit tests included) allowed in `src/`, `benches/` and `fuzz/`:
+/// past it a file holds more than one concern and is split (`foo.rs` + `foo/bar.rs`).
+const MAX_FILE_LINES: usize = 500;
 
 #[test]
 fn no_module_depends_on_itself_through_others() {
@@ -72,6 +75,44 @@ fn the_cycle_check_finds_cycles() {
         ("n", "use crate::m::M;"),
     ]));
     assert!(find_cycle(&g).is_none(), "{g:?}");
+}
+
+#[test]
+fn no_file_outside_the_tests_is_long() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "benches", "fuzz"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(
+        files.len() > 50,
+        "the walk found almost no files: {files:?}"
+    );
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|path| {
+            let lines = std::fs::read_to_string(path).unwrap().lines().count();
+            let rel = path.strip_prefix(root).unwrap().display();
+            (lines > MAX_FILE_LINES).then(|| format!("{rel} ({lines} lines)"))
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_FILE_LINES} lines: {long:?}"
+    );
+}
+
+// Every `.rs` file under `dir` (build output and installed dependencies left out).
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy();
+        if path.is_dir() && !matches!(name.as_ref(), "target" | "corpus" | "artifacts") {
+            rust_files(&path, out);
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
 }
 
 #[test]

@@ -35,7 +35,7 @@ impl TestProxy {
     /// Starts on `listener` (bound first, so that peers can name each other's address).
     pub fn start_on(listener: TcpListener, upstream: &str, toml: &str) -> Self {
         if std::env::var_os("TEST_LOG").is_some() {
-            mrtr_proxy::telemetry::init();
+            mrtr_proxy::ops::telemetry::init();
         }
         let text = format!("[upstream]\nurl = \"{upstream}\"\n{toml}");
         let config = Config::from_toml_str(&text).expect("test config");

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,69 +13,14 @@ use prometheus_client::registry::{Registry, Unit};
 
 mod labels;
 
-use labels::Reload;
 pub(crate) use labels::{
     AcceptFailure, Capability, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
     TokenRejection, UpstreamFailure,
 };
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct RequestLabels {
-    era: Era,
-    method: Method,
-    outcome: Outcome,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LatencyLabels {
-    era: Era,
-    method: Method,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    reason: TokenRejection,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct CapabilityLabel {
-    capability: Capability,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct KindLabel {
-    kind: UpstreamFailure,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct DirectionLabel {
-    direction: Direction,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ForwardLabel {
-    result: Forward,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct GatherLabel {
-    wait: Gathered,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct LimitLabel {
-    limit: Limit,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AcceptLabel {
-    kind: AcceptFailure,
-}
-
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReloadLabel {
-    result: Reload,
-}
+use labels::{
+    AcceptLabel, CapabilityLabel, DirectionLabel, ForwardLabel, GatherLabel, KindLabel,
+    LatencyLabels, LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
+};
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 

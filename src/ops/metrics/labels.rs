@@ -1,7 +1,7 @@
-//! The label values of the metrics: each an enum of fixed strings, so that no label can ever
-//! carry an id, a token, a principal or a path.
+//! The labels of the metrics: each value an enum of fixed strings, so that no label can ever
+//! carry an id, a token, a principal or a path; and the label sets the families are keyed by.
 
-use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
 // A bounded label: an enum whose every value is a fixed string.
 macro_rules! label_values {
@@ -229,4 +229,62 @@ impl AcceptFailure {
             _ => Self::Other,
         }
     }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct RequestLabels {
+    pub(super) era: Era,
+    pub(super) method: Method,
+    pub(super) outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct LatencyLabels {
+    pub(super) era: Era,
+    pub(super) method: Method,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReasonLabel {
+    pub(super) reason: TokenRejection,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct CapabilityLabel {
+    pub(super) capability: Capability,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct KindLabel {
+    pub(super) kind: UpstreamFailure,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DirectionLabel {
+    pub(super) direction: Direction,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ForwardLabel {
+    pub(super) result: Forward,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct GatherLabel {
+    pub(super) wait: Gathered,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct LimitLabel {
+    pub(super) limit: Limit,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct AcceptLabel {
+    pub(super) kind: AcceptFailure,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct ReloadLabel {
+    pub(super) result: Reload,
 }
