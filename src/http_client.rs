@@ -57,10 +57,10 @@ impl OriginClient {
         let authority = uri.authority().map_or("localhost", |a| a.as_str());
         let host = HeaderValue::from_str(authority)
             .unwrap_or_else(|_| HeaderValue::from_static("localhost"));
-        let addr = (
-            uri.host().unwrap_or("127.0.0.1").to_owned(),
-            uri.port_u16().unwrap_or(80),
-        );
+        // `[::1]` in a URL is `::1` to connect to.
+        let ip_or_name = uri.host().unwrap_or("127.0.0.1");
+        let ip_or_name = ip_or_name.trim_start_matches('[').trim_end_matches(']');
+        let addr = (ip_or_name.to_owned(), uri.port_u16().unwrap_or(80));
         Self {
             idle: Arc::new(Idle::new(max_idle)),
             host,
@@ -307,5 +307,22 @@ mod tests {
         let c = client(&uri);
         let err = c.send(get(&uri)).await.unwrap_err();
         assert!(matches!(err, ClientError::Unreachable(_)), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_bracketed_ipv6_origin_is_reached() {
+        let listener = TcpListener::bind("[::1]:0").await.unwrap();
+        let uri: Uri = format!("http://{}/healthz", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        assert!(uri.host().unwrap().starts_with('['), "{uri}");
+        tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(WHOLE).await;
+        });
+        let resp = client(&uri).send(get(&uri)).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
     }
 }

@@ -132,7 +132,18 @@ pub fn parse_upstream(url: &str) -> Result<Uri, ConfigError> {
 
 fn principal_header(raw: Option<&str>) -> Result<HeaderName, ConfigError> {
     let name = raw.unwrap_or("authorization").to_ascii_lowercase();
-    HeaderName::from_bytes(name.as_bytes()).map_err(|e| invalid("upstream.principal_header", e))
+    let name = HeaderName::from_bytes(name.as_bytes())
+        .map_err(|e| invalid("upstream.principal_header", e))?;
+    // A hop-by-hop header ends at the proxy: no upstream request or peer forward carries it.
+    if crate::protocol::HOP_BY_HOP.contains(&name) {
+        return Err(invalid(
+            "upstream.principal_header",
+            format!(
+                "`{name}` is a hop-by-hop header: it is not passed on to the upstream or a peer"
+            ),
+        ));
+    }
+    Ok(name)
 }
 
 fn roots(raw: Vec<toml::Value>) -> Result<Vec<serde_json::Value>, ConfigError> {

@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, Response};
@@ -65,7 +66,7 @@ pub(super) async fn serve(
     };
     let lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
     let session = Arc::clone(lease.session());
-    let filter = Filter::negotiate(asked, &session).await;
+    let filter = Filter::negotiate(asked, &session, app.config.upstream.timeout).await;
     let sub_id: Value = serde_json::from_str(req.id.get()).unwrap_or(Value::Null);
     let ack = jsonrpc::notification_bytes(
         "notifications/subscriptions/acknowledged",
@@ -135,7 +136,7 @@ impl Filter {
     /// often notify without advertising it (Python FastMCP 1.x does), and relaying what comes
     /// costs nothing; a list the upstream does not have can never change. Resources are
     /// followed when the upstream accepts `resources/subscribe` on this session.
-    async fn negotiate(asked: &Value, session: &Arc<Session>) -> Self {
+    async fn negotiate(asked: &Value, session: &Arc<Session>, timeout: Duration) -> Self {
         let caps = session
             .init_result()
             .get("capabilities")
@@ -152,7 +153,7 @@ impl Filter {
         if can_subscribe {
             let asked_uris = asked.get("resourceSubscriptions").and_then(Value::as_array);
             for uri in asked_uris.into_iter().flatten().filter_map(Value::as_str) {
-                if subscribe(session, uri).await {
+                if subscribe(session, uri, timeout).await {
                     uris.insert(uri.to_owned());
                 }
             }
@@ -216,13 +217,12 @@ impl Filter {
     }
 }
 
-// Subscribes the session to `uri` upstream; true when the upstream accepted.
-async fn subscribe(session: &Arc<Session>, uri: &str) -> bool {
+// Subscribes the session to `uri` upstream; true when the upstream accepted within `timeout`
+// (an upstream that asks something on that stream instead would never answer).
+async fn subscribe(session: &Arc<Session>, uri: &str, timeout: Duration) -> bool {
     let params = json!({"uri": uri});
-    session
-        .request("resources/subscribe", &params)
-        .await
-        .is_ok()
+    let asked = session.request("resources/subscribe", &params);
+    matches!(tokio::time::timeout(timeout, asked).await, Ok(Ok(_)))
 }
 
 #[cfg(test)]

@@ -31,6 +31,9 @@ pub fn default_url(config: &Config) -> String {
 /// A message saying why the probe failed (bad URL, no answer in time, a status other than 200).
 pub async fn probe(url: &str) -> Result<(), String> {
     let uri: Uri = url.parse().map_err(|e| format!("bad url {url}: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+        return Err(format!("bad url {url}: want an absolute http:// URL"));
+    }
     let client = OriginClient::new(&uri, PROBE_TIMEOUT, 0);
     let req = Request::get(uri)
         .body(body::empty())
@@ -57,5 +60,11 @@ mod tests {
         assert_eq!(default_url(&c), "http://[::1]:9090/healthz");
         c.admin.listen = Some("10.1.2.3:9090".parse().unwrap());
         assert_eq!(default_url(&c), "http://10.1.2.3:9090/healthz");
+    }
+
+    #[tokio::test]
+    async fn only_an_http_url_is_probed() {
+        let err = probe("https://127.0.0.1:9/healthz").await.unwrap_err();
+        assert!(err.contains("http://"), "{err}");
     }
 }

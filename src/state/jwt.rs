@@ -54,7 +54,17 @@ impl Jwt {
         &self,
         claims: &T,
     ) -> Result<String, jsonwebtoken::errors::Error> {
-        let keys = self.keys.load();
+        Self::sign_with(&self.keys.load(), claims)
+    }
+
+    /// Signs `claims` with the active key of `keys` (a set the caller read once), naming it.
+    ///
+    /// # Errors
+    /// Only if serialisation fails.
+    pub(crate) fn sign_with<T: Serialize>(
+        keys: &KeySet,
+        claims: &T,
+    ) -> Result<String, jsonwebtoken::errors::Error> {
         let mut header = Header::new(keys.signing.alg);
         header.kid = Some(keys.signing.kid.clone());
         jsonwebtoken::encode(&header, claims, &keys.signing.key)

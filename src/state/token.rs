@@ -171,14 +171,16 @@ impl TokenCodec {
     /// # Errors
     /// Only if serialisation fails, which it does not for these claims.
     pub(crate) fn sign(&self, claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+        // One key set for both: a reload between sealing and signing would name a key that
+        // cannot open the journal.
+        let keys = self.jwt.keys();
         let Some(journal) = &claims.replay else {
-            return self.jwt.sign(claims);
+            return Jwt::sign_with(&keys, claims);
         };
         let plain = serde_json::to_vec(journal)?;
         let mut sealed = claims.clone();
-        let seal = &self.jwt.keys().signing.seal;
-        sealed.sealed = replay::seal(seal, binding(claims).as_bytes(), &plain);
-        self.jwt.sign(&sealed)
+        sealed.sealed = replay::seal(&keys.signing.seal, binding(claims).as_bytes(), &plain);
+        Jwt::sign_with(&keys, &sealed)
     }
 
     /// Signs any claims (a peer signature, say) with the active key, naming it.

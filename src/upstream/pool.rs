@@ -37,6 +37,8 @@ pub(crate) struct SessionPool {
     connector: Connector,
     /// `[pool]`: bounds and timeouts.
     cfg: config::Pool,
+    /// Sessions at most: `pool.max_sessions`, or a stdio upstream's `max_processes`.
+    max_sessions: usize,
     /// Protocol version asked for in `initialize`.
     protocol_version: String,
     /// Answer to unattributed `roots/list`.
@@ -106,6 +108,7 @@ impl SessionPool {
         Arc::new(Self {
             client,
             connector: Connector::new(upstream.transport.clone()),
+            max_sessions,
             protocol_version: upstream.protocol_version.clone(),
             default_roots: Arc::new(upstream.default_roots.clone()),
             cfg,
@@ -260,8 +263,7 @@ impl SessionPool {
 
     /// Sessions open now, leased or idle (each holds a permit).
     pub(crate) fn open_sessions(&self) -> usize {
-        self.cfg
-            .max_sessions
+        self.max_sessions
             .saturating_sub(self.permits.available_permits())
     }
 
@@ -430,5 +432,22 @@ impl Drop for Lease {
                 .closing
                 .spawn(async move { session.close().await });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stdio_pool_is_bounded_by_its_processes_and_counts_none_open_at_first() {
+        let config =
+            Config::from_toml_str("[upstream]\ncommand = [\"server\"]\nmax_processes = 3\n")
+                .unwrap();
+        let pool = SessionPool::new(&config.upstream, config.pool.clone());
+        assert_eq!(pool.open_sessions(), 0);
+        assert_eq!(pool.permits.available_permits(), 3);
     }
 }

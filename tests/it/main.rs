@@ -15,6 +15,7 @@ mod cluster;
 mod config_docs;
 // Reads CPU time from /proc.
 #[cfg(target_os = "linux")]
+#[cfg(target_os = "linux")]
 mod descriptors;
 mod front;
 mod fuzz_regressions;
