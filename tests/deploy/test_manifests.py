@@ -1,12 +1,14 @@
 """deploy/kubernetes/ as written: every manifest passes strict schema validation (kubernetes-validate,
-offline, Kubernetes 1.37 schemas), the ConfigMap's config.toml passes `mrtr-proxy check-config`,
-and the Deployment agrees with that config (ports, probes, secret path, grace period)."""
+offline, Kubernetes 1.37 schemas; the PrometheusRule custom resource against its own schema
+below), the ConfigMap's config.toml passes `mrtr-proxy check-config`, and the Deployment agrees
+with that config (ports, probes, secret path, grace period)."""
 
 import os
 import subprocess
 import tomllib
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -14,6 +16,67 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent.parent
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
 BIN = os.environ.get("MRTR_PROXY_BIN") or str(ROOT / "target" / "debug" / "mrtr-proxy")
+
+# kubernetes-validate knows the built-in kinds only: a custom resource gets a strict schema here,
+# written after its CRD (PrometheusRule: prometheus-operator's monitoring.coreos.com/v1), with
+# additionalProperties false at every level as kubernetes-validate's strict mode has.
+DURATION = {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
+STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+PROMETHEUS_RULE = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["name"],
+            "properties": {
+                "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", "maxLength": 253},
+                "namespace": {"type": "string"},
+                "labels": STRINGS,
+                "annotations": STRINGS,
+            },
+        },
+        "spec": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {"groups": {"type": "array", "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name", "rules"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "interval": DURATION,
+                    "query_offset": DURATION,
+                    "limit": {"type": "integer"},
+                    "labels": STRINGS,
+                    "partial_response_strategy": {"type": "string"},
+                    "rules": {"type": "array", "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["expr"],
+                        # Exactly one of alert and record.
+                        "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                        "properties": {
+                            "alert": {"type": "string", "minLength": 1},
+                            "record": {"type": "string", "pattern": r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"},
+                            "expr": {"type": ["string", "integer"]},
+                            "for": DURATION,
+                            "keep_firing_for": DURATION,
+                            "labels": STRINGS,
+                            "annotations": STRINGS,
+                        },
+                    }},
+                },
+            }}},
+        },
+    },
+}
+CUSTOM_RESOURCES = {("monitoring.coreos.com/v1", "PrometheusRule"): PROMETHEUS_RULE}
 
 
 def resources():
@@ -37,7 +100,26 @@ def seconds(duration):
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
 def test_manifest_is_valid_kubernetes(path):
     for doc in yaml.safe_load_all(path.read_text()):
-        kubernetes_validate.validate(doc, "1.37.0", strict=True)
+        schema = CUSTOM_RESOURCES.get((doc.get("apiVersion"), doc.get("kind")))
+        if schema is None:
+            kubernetes_validate.validate(doc, "1.37.0", strict=True)
+        else:
+            jsonschema.validate(doc, schema)
+
+
+def test_the_custom_resource_schema_is_strict():
+    rule = one("PrometheusRule")
+    jsonschema.validate(rule, PROMETHEUS_RULE)
+    broken = [
+        {**rule, "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "fro": "5m"}]}]}},
+        {**rule, "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "record": "a:b", "expr": "up"}]}]}},
+        {**rule, "spec": {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "5 minutes"}]}]}},
+        {**rule, "spec": {"groups": [{"rules": []}]}},
+        {**rule, "apiVersion": "monitoring.coreos.com/v1beta1"},
+    ]
+    for doc in broken:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(doc, PROMETHEUS_RULE)
 
 
 def test_the_configmap_config_is_valid(tmp_path):
