@@ -14,10 +14,13 @@ use crate::config::Config;
 use crate::limits::PrincipalGate;
 use crate::ops::metrics::Metrics;
 use crate::state::keys::{self, KeyError, KeySet};
-use crate::state::replay::ReplayLedger;
-use crate::state::{random_id, TokenCodec};
+use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
 use crate::upstream::SessionPool;
 
+/// Pages of `tools/list` read to check `[approval.tools]` against the upstream.
+const POLICY_CHECK_PAGES: usize = 20;
+/// How long that check may take.
+const POLICY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// Bytes of randomness in a generated instance id.
 const INSTANCE_ID_BYTES: usize = 9;
 
@@ -45,7 +48,9 @@ pub struct App {
     /// The other replicas, for retries whose requestState names one of them.
     pub(crate) peers: Peers,
     /// Tokens whose lost call already ran again here (each at most once).
-    pub(crate) replays: ReplayLedger,
+    pub(crate) replays: SpentTokens,
+    /// Approval tokens taken here (each at most once).
+    pub(crate) approvals: SpentTokens,
 }
 
 impl App {
@@ -94,7 +99,8 @@ impl App {
                 Arc::clone(&tokens),
                 Arc::clone(&metrics),
             ),
-            replays: ReplayLedger::new(config.state.ttl),
+            replays: SpentTokens::new(config.state.ttl),
+            approvals: SpentTokens::new(config.state.ttl),
             tokens,
             config,
             pool,
@@ -203,6 +209,40 @@ impl App {
     /// What the upstream is, for logs: its URL, or a stdio server's program.
     pub fn upstream_name(&self) -> String {
         self.config.upstream.name()
+    }
+
+    /// Warns about each `[approval.tools]` entry that matches none of the upstream's tools (a
+    /// misspelt name would leave its tool ungated). Best effort, once the upstream is up: its
+    /// `tools/list` as an anonymous principal with no capabilities sees it.
+    pub(crate) async fn check_approval_policy(&self) {
+        let approval = &self.config.approval;
+        if !approval.is_enabled() {
+            return;
+        }
+        let anonymous = principal_digest(None);
+        let lease = match self
+            .pool
+            .lease(&anonymous, &serde_json::json!({}), None)
+            .await
+        {
+            Ok(lease) => lease,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot list the upstream's tools to check [approval]");
+                return;
+            }
+        };
+        let listing = lease
+            .session()
+            .list_all("tools/list", "tools", POLICY_CHECK_PAGES);
+        let Ok(tools) = tokio::time::timeout(POLICY_CHECK_TIMEOUT, listing).await else {
+            return;
+        };
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        for rule in &approval.rules {
+            if !names.iter().any(|n| rule.matches(n)) {
+                tracing::warn!(policy = %rule.pattern, "an [approval.tools] entry matches no tool the upstream lists: check its spelling");
+            }
+        }
     }
 
     /// Runs one upstream handshake to learn whether the upstream is up (and sets readiness).

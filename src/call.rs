@@ -123,6 +123,8 @@ pub(crate) struct CallSpec {
     /// its token carried, for the requests the upstream asks again. The actor moves it into
     /// its replay state as it starts.
     pub(crate) replay_from: Option<Replayer>,
+    /// A call of a tool `[approval]` gates: never replay-safe, whatever `[replay]` says.
+    pub(crate) gated: bool,
 }
 
 /// Starts the actor for a fresh call; `first` is the client's exchange.

@@ -122,7 +122,7 @@ impl Peers {
             }
         };
         let result = outcome.as_ref().err().copied().unwrap_or(Forward::Ok);
-        self.metrics.forwarded(result);
+        self.metrics.cluster.forwarded(result);
         if outcome.is_ok() {
             tracing::debug!(owner, "forwarded a retry to the instance holding its call");
         } else {

@@ -6,6 +6,7 @@
 use serde::Deserialize;
 
 mod admin;
+mod approval;
 mod cluster;
 mod error;
 mod gather;
@@ -20,6 +21,9 @@ mod units;
 mod upstream;
 
 pub use admin::{Admin, RawAdmin};
+pub use approval::{
+    Approval, ApprovalRule, RawApproval, RawToolApproval, MAX_APPROVAL_MESSAGE_BYTES,
+};
 pub use cluster::{Cluster, RawCluster};
 pub use error::ConfigError;
 pub use gather::{GatherMode, Gathering};
@@ -55,6 +59,8 @@ pub struct RawConfig {
     pub cluster: RawCluster,
     /// `[replay]`
     pub replay: RawReplay,
+    /// `[approval]`
+    pub approval: RawApproval,
 }
 
 /// The validated configuration: one field per table of the file.
@@ -78,6 +84,8 @@ pub struct Config {
     pub cluster: Cluster,
     /// `[replay]`: which calls may run again on another replica when their owner is gone.
     pub replay: Replay,
+    /// `[approval]`: tools a person approves before the upstream sees the call.
+    pub approval: Approval,
 }
 
 impl Config {
@@ -105,6 +113,7 @@ impl Config {
             log: Log::from_raw(raw.log)?,
             cluster: Cluster::from_raw(raw.cluster)?,
             replay: Replay::from_raw(raw.replay)?,
+            approval: Approval::from_raw(raw.approval)?,
         })
     }
 

@@ -24,6 +24,7 @@ use crate::ops::metrics::{self, Era, Limit, RequestTimer};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 
+mod approval;
 mod cors;
 mod listen;
 mod principal;
@@ -178,6 +179,10 @@ async fn post(
             if !app.pool.relays_legacy_clients() {
                 return edge::fail(timer, &legacy_refused(&parts.headers, &bytes), None);
             }
+            if let Some(refusal) = approval::refuse_legacy(&app, &bytes) {
+                edge::settle(timer, Settled::with(metrics::Outcome::Complete));
+                return refusal;
+            }
             let req = Request::from_parts(parts, body::full(bytes));
             relay::relay(&app, req, timer).await
         }
@@ -302,13 +307,18 @@ async fn route(
         } if retry_of_parked => match retry::retry(app, req, who, inbound).await? {
             Resumed::Here(rx) => Ok(Routed::Leg(rx)),
             Resumed::Forwarded(resp) => Ok(Routed::Forwarded(resp)),
+            Resumed::Answered(resp) => Ok(Routed::Answered(resp)),
         },
-        Route::Forward { input_capable } => Ok(Routed::Leg(start_call(
-            app,
-            req,
-            who,
-            (input_capable, None),
-        ))),
+        Route::Forward { input_capable } => match approval::rule(app, &req) {
+            // A gated tool: the person is asked before the upstream sees anything.
+            Some(rule) => approval::ask(app, &req, &who, rule).map(Routed::Answered),
+            None => Ok(Routed::Leg(start_call(
+                app,
+                req,
+                who,
+                (input_capable, None),
+            ))),
+        },
     }
 }
 

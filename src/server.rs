@@ -454,6 +454,7 @@ async fn background(app: Arc<App>) {
         .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut reap = tokio::time::interval(period);
     let mut health = tokio::time::interval(app.config.upstream.health_interval);
+    let mut policy_checked = false;
     loop {
         if !app.pool.is_ready() {
             if !app.pool.probe().await {
@@ -464,6 +465,11 @@ async fn background(app: Arc<App>) {
             tracing::info!(upstream = %app.upstream_name(), transport = app.pool.transport_name(),
                 "upstream answered initialize; ready");
             delay = Duration::from_millis(100);
+            if !policy_checked {
+                policy_checked = true;
+                let app = Arc::clone(&app);
+                tokio::spawn(async move { app.check_approval_policy().await });
+            }
         }
         tokio::select! {
             _ = reap.tick() => {
@@ -473,6 +479,7 @@ async fn background(app: Arc<App>) {
                 }
                 app.calls.parked.sweep();
                 app.replays.sweep();
+                app.approvals.sweep();
             }
             _ = health.tick() => {
                 if !app.pool.check_health().await {

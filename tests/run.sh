@@ -35,6 +35,13 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     || { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
 fi
 
+# promtool checks and unit-tests the alert rules (tests/deploy/test_monitoring.py).
+if ! command -v promtool >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends prometheus >/dev/null \
+    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends prometheus >/dev/null; }
+fi
+
 # The test runner itself, pinned, on a machine that has cargo but not cargo-nextest.
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "== installing cargo-nextest 0.9.143 (pinned; a few minutes, once)"
@@ -49,5 +56,5 @@ cargo test --locked --doc
 echo "== interop: official SDK peers through the proxy"
 MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider "$interop"
 
-echo "== deployment: Kubernetes manifests (strict schema validation) and their config"
+echo "== deployment: Kubernetes manifests (strict schema validation) and their config; monitoring rules and dashboard"
 MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy

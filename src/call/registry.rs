@@ -295,6 +295,7 @@ mod tests {
             token_id: jti.into(),
             sealed: None,
             replay: None,
+            approval: None,
         }
     }
 

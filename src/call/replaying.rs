@@ -28,7 +28,13 @@ impl Call {
         if let Some(safe) = self.replay.decided() {
             return safe;
         }
-        let safe = match self.ctx.replay.mode(&self.spec.method, &self.spec.target) {
+        // A gated tool runs only on the approval it was given: never again from a token.
+        let mode = if self.spec.gated {
+            ReplayMode::Never
+        } else {
+            self.ctx.replay.mode(&self.spec.method, &self.spec.target)
+        };
+        let safe = match mode {
             ReplayMode::Always => true,
             ReplayMode::Never => false,
             ReplayMode::Annotations => {
@@ -79,7 +85,7 @@ impl Call {
             tracing::debug!(error = %e, "could not replay an answer upstream");
             return false;
         }
-        self.ctx.metrics.answer_replayed();
+        self.ctx.metrics.cluster.answer_replayed();
         self.replay.delivered([(fp, answer)]);
         true
     }

@@ -9,6 +9,7 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
+use super::approval::{self, Taken};
 use super::principal::Principal;
 use super::start::{open_leg, start_call};
 use super::validate::ModernRequest;
@@ -22,10 +23,12 @@ use crate::ops::metrics::{self, RequestTimer, TokenRejection};
 use crate::state::replay::Replayer;
 use crate::state::{request_digest, Claims, TokenError};
 
-/// Where a retry went: to the call parked here (its leg), or to the owner (its answer).
+/// Where a retry went: to a call here (its leg), to the owner (its answer), or answered at
+/// once (an approval declined or asked again).
 pub(super) enum Resumed {
     Here(mpsc::Receiver<LegEvent>),
     Forwarded(Response<Body>),
+    Answered(Response<Body>),
 }
 
 /// A retry of `req` by `who`; `inbound` is the request as it came, for a forward.
@@ -52,6 +55,12 @@ pub(super) async fn retry(
         }
     };
     let lost = if claims.issuer == app.tokens.issuer() {
+        if claims.approval.is_some() {
+            return match approval::answered(app, req, who, (&claims, &answers))? {
+                Taken::Started(rx) => Ok(Resumed::Here(rx)),
+                Taken::Answered(resp) => Ok(Resumed::Answered(resp)),
+            };
+        }
         match app.calls.parked.claim(&claims, &answers) {
             Ok(tx) => {
                 let (leg, rx) = open_leg(&req);
@@ -66,6 +75,8 @@ pub(super) async fn retry(
     } else {
         match app.peers.forward(&claims.issuer, inbound).await {
             Ok(resp) => return Ok(Resumed::Forwarded(resp)),
+            // The instance that asked is gone: ask again here, never take its approval.
+            Err(_) if claims.approval.is_some() => return ask_again(app, &req, &who),
             Err(e) => e,
         }
     };
@@ -91,11 +102,20 @@ fn replay_here(
     if !app.replays.first(&claims.token_id) {
         return Err(TokenError::AlreadyUsed.into());
     }
-    app.metrics.call_replayed();
+    app.metrics.cluster.call_replayed();
     tracing::info!(owner = %claims.issuer, round = claims.round, "running a lost call again from its token");
     let replayer = Replayer::new(journal, answers);
     let rx = start_call(app, req, who, (true, Some(replayer)));
     Ok(Resumed::Here(rx))
+}
+
+// An approval whose asking instance is gone: the person is asked again (the tool may have
+// stopped being gated on this instance's policy, then the call simply starts).
+fn ask_again(app: &Arc<App>, req: &ModernRequest, who: &Principal) -> Result<Resumed, ProxyError> {
+    match approval::rule(app, req) {
+        Some(rule) => approval::ask(app, req, who, rule).map(Resumed::Answered),
+        None => Err(ProxyError::CallLost("the instance that asked is gone")),
+    }
 }
 
 /// Answers a peer's probe with this instance's id, when the probe is signed by the key set.

@@ -22,6 +22,7 @@ pub(super) fn start_call(
     (input_capable, replay_from): (bool, Option<Replayer>),
 ) -> mpsc::Receiver<LegEvent> {
     let (leg, rx) = open_leg(&req);
+    let gated = req.method == "tools/call" && app.config.approval.rule_for(req.target()).is_some();
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
         upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
@@ -32,6 +33,7 @@ pub(super) fn start_call(
         principal: who.digest,
         auth: who.header,
         replay_from,
+        gated,
     };
     call::spawn(Arc::clone(&app.calls), spec, leg);
     rx

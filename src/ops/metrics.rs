@@ -11,15 +11,19 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
+mod approvals;
+mod cluster;
 mod labels;
 
+pub(crate) use approvals::ApprovalMetrics;
+pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
-    AcceptFailure, Capability, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
+    AcceptFailure, Capability, Decision, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
     TokenRejection, UpstreamFailure,
 };
 use labels::{
-    AcceptLabel, CapabilityLabel, DirectionLabel, ForwardLabel, GatherLabel, KindLabel,
-    LatencyLabels, LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
+    AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,
+    LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
 };
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -61,9 +65,10 @@ pub(crate) struct Metrics {
     relayed_to_upstream: Counter,
     relayed_to_client: Counter,
     key_reloads: Family<ReloadLabel, Counter>,
-    forwards: Family<ForwardLabel, Counter>,
-    replays: Counter,
-    replayed_answers: Counter,
+    /// Scale-out: forwards and replays.
+    pub(crate) cluster: ClusterMetrics,
+    /// The approval gate's decisions.
+    pub(crate) approvals: ApprovalMetrics,
     limits: Family<LimitLabel, Counter>,
     accept_errors: Family<AcceptLabel, Counter>,
     parked: Gauge,
@@ -114,9 +119,8 @@ impl Metrics {
             relayed_to_upstream,
             relayed_to_client,
             key_reloads: Family::default(),
-            forwards: Family::default(),
-            replays: Counter::default(),
-            replayed_answers: Counter::default(),
+            cluster: ClusterMetrics::default(),
+            approvals: ApprovalMetrics::default(),
             limits: Family::default(),
             accept_errors: Family::default(),
             parked: Gauge::default(),
@@ -201,27 +205,9 @@ impl Metrics {
             "Reloads of the requestState keys (SIGHUP), by result",
             self.key_reloads.clone(),
         );
-        self.register_cluster();
+        self.cluster.register(&mut self.registry);
+        self.approvals.register(&mut self.registry);
         self.register_gauges();
-    }
-
-    fn register_cluster(&mut self) {
-        let r = &mut self.registry;
-        r.register(
-            "forwarded_retries",
-            "Retries whose requestState names another instance, by what became of them",
-            self.forwards.clone(),
-        );
-        r.register(
-            "replayed_calls",
-            "Calls run again here from their token because the instance that held them is gone",
-            self.replays.clone(),
-        );
-        r.register(
-            "replayed_answers",
-            "Server requests of replayed calls answered from the token (the user not asked again)",
-            self.replayed_answers.clone(),
-        );
     }
 
     fn register_gauges(&mut self) {
@@ -270,21 +256,6 @@ impl Metrics {
         self.accept_errors
             .get_or_create(&AcceptLabel { kind })
             .inc();
-    }
-
-    /// A retry for another instance was forwarded, or could not be.
-    pub(crate) fn forwarded(&self, result: Forward) {
-        self.forwards.get_or_create(&ForwardLabel { result }).inc();
-    }
-
-    /// A lost call is run again here from its token.
-    pub(crate) fn call_replayed(&self) {
-        self.replays.inc();
-    }
-
-    /// A server request of a replayed call was answered from its token.
-    pub(crate) fn answer_replayed(&self) {
-        self.replayed_answers.inc();
     }
 
     /// A key reload ended (`ok` or not).

@@ -11,9 +11,9 @@ const DESCRIPTORS_PER_PARKED_CALL: u64 = 3;
 /// billion turns into minutes.
 const MAX_DESCRIPTORS: u64 = 1 << 20;
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (at most [`MAX_DESCRIPTORS`]) and logs, once, the limit and about how
-/// many parked calls it allows. A limit that cannot be read or raised is a warning, never fatal:
-/// the proxy serves within whatever limit it has.
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (at most 2^20) and logs, once, the limit
+/// and about how many parked calls it allows. A limit that cannot be read or raised is a
+/// warning, never fatal: the proxy serves within whatever limit it has.
 pub fn raise_descriptor_limit() {
     let before = match rlimit::getrlimit(rlimit::Resource::NOFILE) {
         Ok((soft, _)) => soft,

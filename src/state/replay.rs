@@ -156,43 +156,6 @@ impl ToolHints {
     }
 }
 
-/// The tokens whose call this instance already ran again: each token replays at most once
-/// here, however often its retry arrives. An entry lives one `state.ttl` (no token outlives
-/// that), and the periodic sweep drops it after.
-#[derive(Debug)]
-pub(crate) struct ReplayLedger {
-    /// Token id (`jti`) → when its entry may go.
-    replayed: DashMap<String, Instant>,
-    ttl: std::time::Duration,
-}
-
-impl ReplayLedger {
-    /// An empty ledger whose entries live `ttl`.
-    pub(crate) fn new(ttl: std::time::Duration) -> Self {
-        Self {
-            replayed: DashMap::new(),
-            ttl,
-        }
-    }
-
-    /// Records that the token `jti` is replayed now; `false` when it already was.
-    pub(crate) fn first(&self, jti: &str) -> bool {
-        match self.replayed.entry(jti.to_owned()) {
-            dashmap::Entry::Occupied(_) => false,
-            dashmap::Entry::Vacant(v) => {
-                v.insert(Instant::now() + self.ttl);
-                true
-            }
-        }
-    }
-
-    /// Drops the entries past their time.
-    pub(crate) fn sweep(&self) {
-        let now = Instant::now();
-        self.replayed.retain(|_, until| *until > now);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,16 +239,5 @@ mod tests {
         let len = j.encode(usize::MAX).unwrap().len();
         assert!(j.encode(len).is_some());
         assert!(j.encode(len - 1).is_none());
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_token_replays_once_until_its_entry_expires() {
-        let ledger = ReplayLedger::new(std::time::Duration::from_secs(60));
-        assert!(ledger.first("j1"));
-        assert!(!ledger.first("j1"), "the second replay of one token");
-        assert!(ledger.first("j2"), "another token");
-        tokio::time::advance(std::time::Duration::from_secs(61)).await;
-        ledger.sweep();
-        assert!(ledger.replayed.is_empty(), "swept after the ttl");
     }
 }

@@ -52,6 +52,10 @@ pub(crate) struct Claims {
     /// The replay journal in the clear: sealed into `rj` by `sign`, opened by `verify`.
     #[serde(skip)]
     pub(crate) replay: Option<Journal>,
+    /// Only in an approval's token (`front::approval`): the version of the policy the person
+    /// was shown. Such a token names no parked call: its handle is random.
+    #[serde(rename = "ap", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) approval: Option<String>,
 }
 
 /// Why a requestState was refused. Every variant is a client-side failure (-32602).
@@ -163,6 +167,7 @@ impl TokenCodec {
             token_id: random_id(12),
             sealed: None,
             replay: None,
+            approval: None,
         }
     }
 

@@ -68,6 +68,17 @@ class Proc:
             self.p.kill()
         self.p.wait(timeout=10)
 
+    def stop(self, timeout=10):
+        """SIGTERM, then SIGKILL if it has not exited within `timeout` (nginx's master stops its
+        workers on SIGTERM; a SIGKILL orphans them)."""
+        if self.p.poll() is None:
+            self.p.terminate()
+        try:
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
 
 def free_port():
     with socket.socket() as s:

@@ -62,18 +62,21 @@ http {{
 
 
 class Cluster:
-    def __init__(self, tmp_path):
+    """Three replicas sharing a key, each with its own Python legacy upstream (started with
+    `upstream_flags`), behind nginx round-robin; `extra_toml` joins the replicas' config."""
+
+    def __init__(self, tmp_path, extra_toml="", upstream_flags=()):
         self.upstreams, self.proxies = [], []
         ports = [free_port() for _ in range(REPLICAS)]
         peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports)
         config = tmp_path / "proxy.toml"
         config.write_text(
             '[state]\nsecret = "a-cluster-key-shared-by-every-replica-0123"\ngather_window = "250ms"\n'
-            f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n'
+            f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n' + extra_toml
         )
         self.config, self.upstream_urls = config, []
         for port in ports:
-            up, url = start_py_upstream()
+            up, url = start_py_upstream(*upstream_flags)
             self.upstreams.append(up)
             self.upstream_urls.append(url)
             self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
@@ -92,6 +95,9 @@ class Cluster:
         old.proc.p.wait(timeout=30)
         self.proxies[i] = Proxy(self.upstream_urls[i], config=self.config, listen=old.listen)
 
+    def per_replica(self, name, **labels):
+        return [p.metrics().sum(name, **labels) for p in self.proxies]
+
     def total(self, name, **labels):
         return sum(p.metrics().sum(name, **labels) for p in self.proxies if p.proc.p.poll() is None)
 
@@ -101,7 +107,7 @@ class Cluster:
         return owner
 
     def close(self):
-        self.nginx.kill()
+        self.nginx.stop()
         for p in self.proxies:
             p.kill()
         for u in self.upstreams:

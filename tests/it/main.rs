@@ -10,6 +10,7 @@
 //! In-process integration tests: the proxy on port 0 in front of a scripted legacy upstream
 //! (`support::mock`) or the built-in demo upstream.
 
+mod approval;
 mod architecture;
 mod cluster;
 mod config_docs;

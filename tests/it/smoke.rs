@@ -117,10 +117,10 @@ fn demo_once_walks_through_and_exits_zero() {
 }
 
 /// The binary's stderr, line by line, collected by a thread.
-struct Stderr(std::sync::mpsc::Receiver<String>);
+pub(crate) struct Stderr(std::sync::mpsc::Receiver<String>);
 
 impl Stderr {
-    fn of(child: &mut std::process::Child) -> Self {
+    pub(crate) fn of(child: &mut std::process::Child) -> Self {
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -134,7 +134,7 @@ impl Stderr {
     }
 
     /// The first line containing `needle` (panics after 20 s).
-    fn wait_for(&self, needle: &str) -> String {
+    pub(crate) fn wait_for(&self, needle: &str) -> String {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());

@@ -231,6 +231,22 @@ impl AcceptFailure {
     }
 }
 
+label_values! {
+    /// What the approval gate decided for a call of a gated tool.
+    Decision {
+        /// The person was asked (an `input_required` round went out).
+        Asked => "asked",
+        /// The person approved: the call went upstream.
+        Approved => "approved",
+        /// The person declined or cancelled: the upstream never saw the call.
+        Declined => "declined",
+        /// The client cannot be asked (no form elicitation declared): -32021.
+        Unaskable => "unaskable",
+        /// A legacy client's call of a gated tool, refused (it cannot be asked yet).
+        LegacyRefused => "legacy_refused",
+    }
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct RequestLabels {
     pub(super) era: Era,
@@ -287,4 +303,9 @@ pub(super) struct AcceptLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReloadLabel {
     pub(super) result: Reload,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct DecisionLabel {
+    pub(super) decision: Decision,
 }
