@@ -13,6 +13,7 @@ use crate::cluster::Peers;
 use crate::config::Config;
 use crate::limits::PrincipalGate;
 use crate::ops::metrics::Metrics;
+use crate::sessions::LegacySessions;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
 use crate::upstream::SessionPool;
@@ -51,6 +52,8 @@ pub struct App {
     pub(crate) replays: SpentTokens,
     /// Approval tokens taken here (each at most once).
     pub(crate) approvals: SpentTokens,
+    /// The legacy sessions relayed (what they declared) and the proxy's requests pending on them.
+    pub(crate) legacy: LegacySessions,
 }
 
 impl App {
@@ -101,6 +104,7 @@ impl App {
             ),
             replays: SpentTokens::new(config.state.ttl),
             approvals: SpentTokens::new(config.state.ttl),
+            legacy: LegacySessions::new(config.pool.idle_timeout),
             tokens,
             config,
             pool,

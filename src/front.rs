@@ -134,6 +134,9 @@ async fn answer(
             if !app.pool.relays_legacy_clients() {
                 return edge::fail(timer, &legacy_refused(req.headers(), b""), None);
             }
+            if req.method() == Method::DELETE {
+                approval::forget_session(&app, req.headers());
+            }
             relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed()), timer).await
         }
         _ => {
@@ -179,12 +182,14 @@ async fn post(
             if !app.pool.relays_legacy_clients() {
                 return edge::fail(timer, &legacy_refused(&parts.headers, &bytes), None);
             }
-            if let Some(refusal) = approval::refuse_legacy(&app, &bytes) {
+            if let Some(answer) = approval::intercept(&app, &parts.headers, &bytes, &who.digest) {
                 edge::settle(timer, Settled::with(metrics::Outcome::Complete));
-                return refusal;
+                return answer;
             }
-            let req = Request::from_parts(parts, body::full(bytes));
-            relay::relay(&app, req, timer).await
+            let req = Request::from_parts(parts, body::full(bytes.clone()));
+            let resp = relay::relay(&app, req, timer).await;
+            approval::observe_initialize(&app, &bytes, resp.headers());
+            resp
         }
         // 2026-07-28 defines no client→server notifications over HTTP: accept and ignore.
         Ok(Classified::Notification) => {

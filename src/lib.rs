@@ -39,6 +39,7 @@ pub mod ops;
 mod protocol;
 mod rewrite;
 pub mod server;
+mod sessions;
 pub mod sse;
 pub mod state;
 mod upstream;

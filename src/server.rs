@@ -480,6 +480,7 @@ async fn background(app: Arc<App>) {
                 app.calls.parked.sweep();
                 app.replays.sweep();
                 app.approvals.sweep();
+                app.legacy.sweep();
             }
             _ = health.tick() => {
                 if !app.pool.check_health().await {

@@ -52,7 +52,16 @@ pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<B
         .unwrap_or_else(|e| edge::error(&e, None))
 }
 
-async fn forward(app: &App, req: Request<Body>, path: &str) -> Result<Response<Body>, ProxyError> {
+/// Sends `req` to `path` on the upstream's origin and returns its answer, hop-by-hop headers
+/// removed both ways (counted by the caller, if at all).
+///
+/// # Errors
+/// [`ProxyError::Upstream`] when the upstream cannot be reached.
+pub(super) async fn forward(
+    app: &App,
+    req: Request<Body>,
+    path: &str,
+) -> Result<Response<Body>, ProxyError> {
     let (mut parts, body) = req.into_parts();
     let upstream = app.pool.client().uri();
     parts.uri = match parts.uri.query() {

@@ -370,3 +370,48 @@ def test_an_approval_asked_on_one_replica_is_taken_through_another_and_runs_once
             barrier = PyClient(proxy.url, sampling=False, roots=False)
             assert text_of(barrier.run(lambda c: c.call_tool("progress", {"steps": 1}))) == "done after 1 steps"
             assert wait_upstream_calls(up, 1) == 1, f"replica {i}'s upstream ran the gated call"
+
+
+LEGACY_ELICITING_CLIENT = textwrap.dedent("""
+    import asyncio, json, sys
+    from mcp import ClientSession, types
+    from mcp.client.streamable_http import streamablehttp_client
+
+    async def main(url, decision):
+        seen = []
+
+        async def on_elicit(context, params):
+            seen.append({"message": params.message, "schema": params.requestedSchema})
+            if decision == "approve":
+                return types.ElicitResult(action="accept", content={"approve": True, "reason": "ok"})
+            return types.ElicitResult(action="decline")
+
+        async with streamablehttp_client(url) as (read, write, _):
+            async with ClientSession(read, write, elicitation_callback=on_elicit) as s:
+                await s.initialize()
+                r = await s.call_tool("echo", {"text": "legacy-" + decision})
+                print(json.dumps({"seen": seen, "text": r.content[0].text, "isError": r.isError}))
+
+    asyncio.run(asyncio.wait_for(main(sys.argv[1], sys.argv[2]), 50))
+""")
+
+
+@pytest.mark.parametrize("decision", ["approve", "decline"])
+def test_a_legacy_client_that_elicits_is_asked_inline(gated, decision):
+    proxy, up = gated["proxy"], gated["up"]
+    before = upstream_calls(up)
+    out = subprocess.run([str(PY_LEGACY), "-c", LEGACY_ELICITING_CLIENT, proxy.url, decision],
+                         capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    [asked] = result["seen"]
+    assert asked["message"] == f"Echo legacy-{decision} back to you?"
+    assert asked["schema"]["required"] == ["approve", "reason"], asked
+    if decision == "approve":
+        assert result == {"seen": result["seen"], "text": "legacy-approve", "isError": False}, result
+        assert wait_upstream_calls(up, before + 1) == before + 1
+    else:
+        assert result["isError"] is True and result["text"] == ECHO_DECLINED, result
+        assert approvals(proxy, "declined") >= 1
+        # The declined result came back without the call ever being relayed.
+        assert upstream_calls(up) == before

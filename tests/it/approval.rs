@@ -16,7 +16,8 @@ fn approve() -> Value {
     json!({"approval": {"action": "accept", "content": {"approve": true}}})
 }
 
-async fn gated() -> (Mock, TestProxy) {
+/// A scripted upstream whose `delete_repo` answers "deleted".
+async fn deleting() -> Mock {
     let mock = Mock::start().await;
     mock.script(
         "delete_repo",
@@ -24,6 +25,11 @@ async fn gated() -> (Mock, TestProxy) {
             json!({"content":[{"type":"text","text":"deleted"}]}),
         )]],
     );
+    mock
+}
+
+async fn gated() -> (Mock, TestProxy) {
+    let mock = deleting().await;
     let proxy = TestProxy::start(&mock.url(), POLICY).await;
     (mock, proxy)
 }
@@ -188,7 +194,7 @@ async fn an_approved_call_still_has_its_own_rounds() {
 }
 
 #[tokio::test]
-async fn a_legacy_client_calling_a_gated_tool_is_refused_and_not_relayed() {
+async fn a_legacy_session_without_elicitation_calling_a_gated_tool_is_refused_and_not_relayed() {
     let (mock, proxy) = gated().await;
     let c = proxy.client(all_caps());
     let legacy = [
@@ -227,13 +233,7 @@ async fn pair() -> (Vec<Mock>, Vec<TestProxy>) {
     let mut mocks = Vec::new();
     let mut proxies = Vec::new();
     for l in [a, b] {
-        let mock = Mock::start().await;
-        mock.script(
-            "delete_repo",
-            vec![vec![Step::Reply(
-                json!({"content":[{"type":"text","text":"deleted"}]}),
-            )]],
-        );
+        let mock = deleting().await;
         proxies.push(TestProxy::start_on(l, &mock.url(), &toml));
         mocks.push(mock);
     }
@@ -321,4 +321,153 @@ async fn a_policy_entry_that_matches_no_upstream_tool_is_warned_about_at_start()
     assert!(line.contains("policy=ab"), "{line}");
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_approval_asked_under_another_policy_is_asked_again() {
+    let mock = deleting().await;
+    let instance =
+        "[state]\nsecret = \"a-shared-cluster-key-0123456789abcdef\"\ninstance_id = \"one\"\n";
+    let policy = |message: &str| {
+        format!("{instance}[approval.tools.delete_repo]\nmessage = \"{message}\"\n")
+    };
+    let args = json!({"repo": "r"});
+    let mut before = TestProxy::start(&mock.url(), &policy("Delete {repo}?")).await;
+    let (_, state) = first_round(&before.client(all_caps()), "delete_repo", args.clone()).await;
+    before.stopped().await;
+    // The same instance, restarted with another message: what the person saw is not what it asks.
+    let after = TestProxy::start(&mock.url(), &policy("Really delete {repo}?")).await;
+    let ex = retry(
+        &after.client(all_caps()),
+        "delete_repo",
+        args,
+        approve(),
+        &state,
+    )
+    .await;
+    let r = ex.result();
+    assert_eq!(r["resultType"], "input_required", "{:?}", ex.last);
+    assert_eq!(
+        r["inputRequests"]["approval"]["params"]["message"],
+        "Really delete r?"
+    );
+    assert_eq!(mock.calls_of("delete_repo"), 0);
+}
+
+type Http = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    mrtr_proxy::body::Body,
+>;
+
+fn http() -> Http {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new())
+}
+
+// A legacy POST on session `sid` (none: an `initialize`); the response, unread.
+async fn legacy_post(
+    h: &Http,
+    url: &str,
+    sid: Option<&str>,
+    msg: &Value,
+) -> http::Response<hyper::body::Incoming> {
+    let mut b = http::Request::post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(s) = sid {
+        b = b.header("mcp-session-id", s);
+    }
+    let body = mrtr_proxy::body::full(msg.to_string());
+    h.request(b.body(body).unwrap()).await.unwrap()
+}
+
+// The next JSON-RPC message of an SSE response (bounded in time).
+async fn next_message(
+    body: &mut hyper::body::Incoming,
+    decoder: &mut mrtr_proxy::sse::SseDecoder,
+    pending: &mut std::collections::VecDeque<Value>,
+) -> Value {
+    use http_body_util::BodyExt;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(m) = pending.pop_front() {
+            return m;
+        }
+        let frame = tokio::time::timeout_at(deadline, body.frame())
+            .await
+            .expect("a message within 10 s")
+            .expect("the stream is still open")
+            .unwrap();
+        if let Some(data) = frame.data_ref() {
+            for ev in decoder.feed(data).unwrap() {
+                pending.push_back(serde_json::from_str(&ev.data).unwrap());
+            }
+        }
+    }
+}
+
+/// A legacy session that declared elicitation, through the proxy; its id.
+async fn legacy_session(h: &Http, url: &str) -> String {
+    let init = json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"elicitation":{}},"clientInfo":{"name":"legacy","version":"1"}}});
+    let resp = legacy_post(h, url, None, &init).await;
+    resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_legacy_session_that_can_elicit_is_asked_inline_and_its_call_then_runs() {
+    let (mock, proxy) = gated().await;
+    let h: Http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let url = proxy.url();
+    let sid = legacy_session(&h, &url).await;
+    let call = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{"repo":"acme/site"}}});
+    let resp = legacy_post(&h, &url, Some(&sid), &call).await;
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let mut body = resp.into_body();
+    let mut decoder = mrtr_proxy::sse::SseDecoder::new(1 << 20);
+    let mut pending = std::collections::VecDeque::new();
+    let ask = next_message(&mut body, &mut decoder, &mut pending).await;
+    assert_eq!(ask["method"], "elicitation/create");
+    assert_eq!(ask["params"]["message"], "Delete acme/site?");
+    assert_eq!(
+        mock.calls_of("delete_repo"),
+        0,
+        "asked before the upstream sees it"
+    );
+    let answer = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"accept","content":{"approve":true}}});
+    let taken = legacy_post(&h, &url, Some(&sid), &answer).await;
+    assert_eq!(taken.status(), http::StatusCode::ACCEPTED);
+    let done = next_message(&mut body, &mut decoder, &mut pending).await;
+    assert_eq!(done["id"], 7);
+    assert_eq!(done["result"]["content"][0]["text"], "deleted", "{done}");
+    assert_eq!(mock.calls_of("delete_repo"), 1);
+    assert!(
+        mock.posted().iter().all(|m| m["id"] != ask["id"]),
+        "the answer to the proxy's own question is not relayed"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_session_that_declines_inline_gets_the_decline_and_the_upstream_nothing() {
+    let (mock, proxy) = gated().await;
+    let h: Http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let url = proxy.url();
+    let sid = legacy_session(&h, &url).await;
+    let call = json!({"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"delete_repo","arguments":{}}});
+    let mut body = legacy_post(&h, &url, Some(&sid), &call).await.into_body();
+    let mut decoder = mrtr_proxy::sse::SseDecoder::new(1 << 20);
+    let mut pending = std::collections::VecDeque::new();
+    let ask = next_message(&mut body, &mut decoder, &mut pending).await;
+    let answer = json!({"jsonrpc":"2.0","id":ask["id"],"result":{"action":"decline"}});
+    let _ = legacy_post(&h, &url, Some(&sid), &answer).await;
+    let done = next_message(&mut body, &mut decoder, &mut pending).await;
+    assert_eq!(done["id"], "c1");
+    assert_eq!(done["result"]["isError"], true);
+    assert_eq!(done["result"]["content"][0]["text"], "Kept.");
+    assert_eq!(mock.calls_of("delete_repo"), 0);
 }

@@ -242,7 +242,8 @@ label_values! {
         Declined => "declined",
         /// The client cannot be asked (no form elicitation declared): -32021.
         Unaskable => "unaskable",
-        /// A legacy client's call of a gated tool, refused (it cannot be asked yet).
+        /// A legacy client's call of a gated tool, refused (its session declared no elicitation,
+        /// or the call came in a batch).
         LegacyRefused => "legacy_refused",
     }
 }
