@@ -41,6 +41,13 @@ impl LegacySessions {
         }
     }
 
+    /// Notes that session `id` is in use (a session is forgotten only when idle).
+    pub(crate) fn seen(&self, id: &str) {
+        if let Some(mut entry) = self.declared.get_mut(id) {
+            entry.1 = Instant::now();
+        }
+    }
+
     /// Whether session `id` declared form elicitation (`false` when not recorded).
     pub(crate) fn can_elicit(&self, id: &str) -> bool {
         match self.declared.get_mut(id) {
@@ -111,9 +118,13 @@ mod tests {
         s.forget("a");
         assert!(!s.can_elicit("a"));
         s.record("d", true);
-        tokio::time::advance(Duration::from_secs(61)).await;
+        s.record("e", true);
+        tokio::time::advance(Duration::from_secs(40)).await;
+        s.seen("e");
+        tokio::time::advance(Duration::from_secs(21)).await;
         s.sweep();
         assert!(!s.can_elicit("d"), "idle past its time");
+        assert!(s.can_elicit("e"), "in use 21 s ago");
     }
 
     #[tokio::test]

@@ -420,8 +420,7 @@ async fn legacy_session(h: &Http, url: &str) -> String {
 #[tokio::test]
 async fn a_legacy_session_that_can_elicit_is_asked_inline_and_its_call_then_runs() {
     let (mock, proxy) = gated().await;
-    let h: Http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let h = http();
     let url = proxy.url();
     let sid = legacy_session(&h, &url).await;
     let call = json!({"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"delete_repo","arguments":{"repo":"acme/site"}}});
@@ -454,8 +453,7 @@ async fn a_legacy_session_that_can_elicit_is_asked_inline_and_its_call_then_runs
 #[tokio::test]
 async fn a_legacy_session_that_declines_inline_gets_the_decline_and_the_upstream_nothing() {
     let (mock, proxy) = gated().await;
-    let h: Http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build(hyper_util::client::legacy::connect::HttpConnector::new());
+    let h = http();
     let url = proxy.url();
     let sid = legacy_session(&h, &url).await;
     let call = json!({"jsonrpc":"2.0","id":"c1","method":"tools/call","params":{"name":"delete_repo","arguments":{}}});

@@ -51,6 +51,9 @@ pub(crate) fn intercept(
         return None;
     }
     let session = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok());
+    if let Some(session) = session {
+        app.legacy.seen(session);
+    }
     let message: Value = serde_json::from_slice(bytes).ok()?;
     if let (Some(session), Some(id)) = (session, answer_id(&message)) {
         if app.legacy.answer(session, &id, message) {
