@@ -201,6 +201,14 @@ async fn a_legacy_session_without_elicitation_calling_a_gated_tool_is_refused_an
         ("mcp-session-id".to_owned(), "a-session".to_owned()),
         ("mcp-protocol-version".to_owned(), "2025-11-25".to_owned()),
     ];
+    let nan = br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"delete_repo","arguments":{"n":NaN}}}"#;
+    let ex = c.send_raw(nan.to_vec().into(), &legacy).await.unwrap();
+    assert_eq!(
+        ex.status,
+        http::StatusCode::BAD_REQUEST,
+        "not JSON: not relayed"
+    );
+    assert_eq!(error_of(&ex)["code"], -32700);
     for body in [
         json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"delete_repo","arguments":{}}}),
         json!([{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"delete_x"}}]),

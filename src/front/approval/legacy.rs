@@ -3,7 +3,8 @@
 //! the proxy itself sends the approval as an inline `elicitation/create`, the way a legacy
 //! server would; the client's answer (a POST on the same session) is taken here, not relayed.
 //! Approved, the call goes upstream and its answer streams on; declined, the stream ends with an
-//! `isError` result. A session that declared no elicitation, or a batch, is refused.
+//! `isError` result. A session that declared no elicitation, or a batch, is refused, and so is
+//! a body that is not JSON (fail closed).
 
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use crate::front::relay;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject};
 use crate::ops::metrics::Decision;
-use crate::protocol::{INVALID_REQUEST, SESSION_HEADER};
+use crate::protocol::{INVALID_REQUEST, PARSE_ERROR, SESSION_HEADER};
 use crate::sse::SseDecoder;
 use crate::state::random_id;
 
@@ -54,7 +55,11 @@ pub(crate) fn intercept(
     if let Some(session) = session {
         app.legacy.seen(session);
     }
-    let message: Value = serde_json::from_slice(bytes).ok()?;
+    let Ok(message) = serde_json::from_slice::<Value>(bytes) else {
+        // Fail closed: a body this parser refuses might still read, to a laxer upstream parser
+        // (NaN, lone surrogates), as a call of a gated tool.
+        return Some(unreadable());
+    };
     if let (Some(session), Some(id)) = (session, answer_id(&message)) {
         if app.legacy.answer(session, &id, message) {
             return Some(edge::empty(StatusCode::ACCEPTED));
@@ -107,6 +112,20 @@ pub(crate) fn forget_session(app: &App, headers: &HeaderMap) {
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
         app.legacy.forget(session);
     }
+}
+
+// A body that is not JSON, refused while tools are gated.
+fn unreadable() -> Response<Body> {
+    let error = ErrorObject {
+        code: PARSE_ERROR,
+        message: "the body is not JSON, and this proxy relays only what it can read while tools are gated".into(),
+        data: None,
+    };
+    edge::json(
+        StatusCode::BAD_REQUEST,
+        HeaderMap::new(),
+        jsonrpc::error_bytes(None, &error),
+    )
 }
 
 // The id a JSON-RPC response answers, as JSON text (a message with no method, an id and a
