@@ -205,6 +205,23 @@ mod tests {
     }
 
     #[test]
+    fn a_message_is_bounded_and_defaults_name_the_tool() {
+        let long = "x".repeat(super::MAX_APPROVAL_MESSAGE_BYTES + 1);
+        let err = Config::from_toml_str(&format!("[approval.tools.t]\nmessage = \"{long}\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("approval.tools") && err.contains("1024"),
+            "{err}"
+        );
+        let c = Config::from_toml_str("[approval.tools.t]\n").unwrap();
+        let rule = &c.approval.rules[0];
+        assert_eq!(rule.message, "Allow the tool `t` to run?");
+        assert!(rule.schema.is_none());
+        assert!(!c.approval.log_arguments);
+    }
+
+    #[test]
     fn the_version_changes_with_what_the_person_sees() {
         let v = |m: &str| {
             let c =
