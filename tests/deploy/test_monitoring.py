@@ -14,7 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from procs import STARTUP_TIMEOUT_S, Proc  # noqa: E402  (tests/procs.py, shared with tests/interop)
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 MONITORING = ROOT / "deploy" / "monitoring"
@@ -31,7 +33,6 @@ DASHBOARD = MONITORING / "grafana-dashboard.json"
 PROMETHEUS_RULE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
 BIN = os.environ.get("MRTR_PROXY_BIN") or str(ROOT / "target" / "debug" / "mrtr-proxy")
 STDIO_SERVER = ROOT / "tests" / "fixtures" / "stdio" / "scripted_server.py"
-STARTUP_TIMEOUT_S = 30
 
 # Series that are Prometheus's own, not the proxy's: the only non-mrtr names allowed.
 PROMETHEUS_NAMES = {"up"}
@@ -252,42 +253,17 @@ def exported(name, families):
 # unreachable upstream and a key reload (front); accepts out of descriptors (starved).
 
 
-class Proc:
-    """The proxy binary, its output collected by a reader thread; killed by `close`."""
+class ProxyProc(Proc):
+    """The proxy binary (warnings only in its log), with its URL once it listens."""
 
     def __init__(self, args, preexec_fn=None):
-        self.lines = []
-        self.cond = threading.Condition()
-        self.p = subprocess.Popen([BIN, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                  env={**os.environ, "RUST_LOG": "warn"}, preexec_fn=preexec_fn)
-        threading.Thread(target=self._read, daemon=True).start()
+        super().__init__([BIN, *args], env={**os.environ, "RUST_LOG": "warn"}, preexec_fn=preexec_fn)
         self.url = self.base = None
 
     def listening(self):
         self.url = self.wait_for(r"listening on (http://\S+)").group(1)
         self.base = self.url.rsplit("/", 1)[0]
         return self
-
-    def _read(self):
-        for line in self.p.stdout:
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def wait_for(self, pattern, timeout=STARTUP_TIMEOUT_S):
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.lines:
-                    if m := rx.search(line):
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None:
-                    raise RuntimeError(f"proxy never logged {pattern!r}:\n" + "\n".join(self.lines[-40:]))
-                self.cond.wait(left)
 
     def wait_until(self, path, want=200, timeout=STARTUP_TIMEOUT_S):
         deadline = time.monotonic() + timeout
@@ -307,9 +283,7 @@ class Proc:
             return r.read().decode()
 
     def close(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
+        self.kill()
 
 
 def families_of(text):
@@ -373,7 +347,7 @@ def scraped_families(tmp_path_factory):
 
     with contextlib.ExitStack() as stack:
         def start(*args, preexec_fn=None):
-            proc = Proc(["--listen", "127.0.0.1:0", *args], preexec_fn=preexec_fn)
+            proc = ProxyProc(["--listen", "127.0.0.1:0", *args], preexec_fn=preexec_fn)
             stack.callback(proc.close)
             return proc.listening()
 

@@ -11,7 +11,7 @@ import re
 import shutil
 import socket
 import subprocess
-import threading
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,64 +20,10 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+from procs import STARTUP_TIMEOUT_S, Proc  # noqa: E402  (tests/procs.py, shared with tests/deploy)
 PY_LEGACY = HERE / ".venv" / "mcp1" / "bin" / "python"
 NODE = shutil.which("node") or "node"
-STARTUP_TIMEOUT_S = 30
-
-
-class Proc:
-    """A child process whose output lines are collected by a reader thread."""
-
-    def __init__(self, cmd, env=None, cwd=None):
-        self.cmd = cmd
-        self.lines = []
-        self.cond = threading.Condition()
-        self.p = subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self):
-        for line in self.p.stdout:
-            with self.cond:
-                self.lines.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def wait_for(self, pattern, timeout=STARTUP_TIMEOUT_S):
-        rx = re.compile(pattern)
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.lines:
-                    m = rx.search(line)
-                    if m:
-                        return m
-                left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None:
-                    raise RuntimeError(f"{self.cmd[0]} never printed {pattern!r}; output:\n" + "\n".join(self.lines[-40:]))
-                self.cond.wait(left)
-
-    def output(self):
-        with self.cond:
-            return "\n".join(self.lines)
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-
-    def stop(self, timeout=10):
-        """SIGTERM, then SIGKILL if it has not exited within `timeout` (nginx's master stops its
-        workers on SIGTERM; a SIGKILL orphans them)."""
-        if self.p.poll() is None:
-            self.p.terminate()
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
 
 
 def free_port():
