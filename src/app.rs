@@ -16,6 +16,7 @@ use crate::ops::metrics::Metrics;
 use crate::sessions::LegacySessions;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
+use crate::tasks::Tasks;
 use crate::upstream::SessionPool;
 
 /// Pages of `tools/list` read to check `[approval.tools]` against the upstream.
@@ -86,7 +87,12 @@ impl App {
             tokens: Arc::clone(&tokens),
             metrics: Arc::clone(&metrics),
             shutdown: shutdown.subscribe(),
-            tasks: TaskTracker::new(),
+            actors: TaskTracker::new(),
+            tasks: Tasks::new(
+                config.tasks.clone(),
+                tokens.issuer().to_owned(),
+                Arc::clone(&metrics),
+            ),
             gather: Gather::new(config.state.gather),
             sse_idle_timeout: config.upstream.sse_idle_timeout,
             max_input_requests: config.state.max_input_requests,
@@ -154,7 +160,7 @@ impl App {
     /// taken.
     pub(crate) fn begin_drain(&self) {
         self.draining.send_replace(true);
-        self.calls.tasks.close();
+        self.calls.actors.close();
     }
 
     /// Whether the drain has begun.

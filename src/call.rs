@@ -48,6 +48,7 @@ use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
 use crate::rewrite::{self, RewriteCtx};
 use crate::state::replay::Replayer;
 use crate::state::TokenCodec;
+use crate::tasks::{Control, Tasks};
 use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError};
 
 mod end;
@@ -61,6 +62,7 @@ mod replay_state;
 mod replaying;
 mod rounds;
 mod send;
+mod task;
 
 pub(crate) use gather::Gather;
 pub(crate) use leg::{Leg, LegEvent, Outcome};
@@ -69,6 +71,7 @@ use registry::ParkGuard;
 pub(crate) use registry::{ParkedCalls, Retry};
 use replay_state::ReplayState;
 use rounds::Rounds;
+use task::TaskRun;
 
 /// What every call actor shares.
 #[derive(Debug)]
@@ -84,7 +87,9 @@ pub(crate) struct CallContext {
     /// Turns `true` when the drain is over: open calls cancel upstream.
     pub(crate) shutdown: watch::Receiver<bool>,
     /// Every call actor, so that shutdown can wait for their upstream cancellations.
-    pub(crate) tasks: TaskTracker,
+    pub(crate) actors: TaskTracker,
+    /// The tasks of this instance (calls that became tasks of the tasks extension).
+    pub(crate) tasks: Arc<Tasks>,
     /// How long server requests are gathered into one round, per target as learned.
     pub(crate) gather: gather::Gather,
     /// A running call's upstream response may stay silent (no bytes at all) this long.
@@ -125,6 +130,9 @@ pub(crate) struct CallSpec {
     pub(crate) replay_from: Option<Replayer>,
     /// A call of a tool `[approval]` gates: never replay-safe, whatever `[replay]` says.
     pub(crate) gated: bool,
+    /// How long the call may run (without finishing or asking for input) before it becomes a
+    /// task; `None`: never (the client did not declare the extension, or `[tasks]` says so).
+    pub(crate) task_after: Option<Duration>,
 }
 
 /// Starts the actor for a fresh call; `first` is the client's exchange.
@@ -142,12 +150,14 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
         upstream: Upstream::Idle,
         upstream_status: None,
         early_inbox: None,
+        task: None,
+        leg_opened: Instant::now(),
         inbox_tx,
         inbox_rx,
     };
     // Boxed: spawning moves a future by value through the task's setup more than once; a box
     // moves as one pointer.
-    call.ctx.tasks.clone().spawn(Box::pin(call.run()));
+    call.ctx.actors.clone().spawn(Box::pin(call.run()));
 }
 
 impl CallSpec {
@@ -160,12 +170,12 @@ impl CallSpec {
 impl CallContext {
     /// Resolves once no call actor runs (after the tracker was closed by the drain).
     pub(crate) async fn wait_idle(&self) {
-        self.tasks.wait().await;
+        self.actors.wait().await;
     }
 
     /// Call actors running now (parked ones included).
     pub(crate) fn open(&self) -> usize {
-        self.tasks.len()
+        self.actors.len()
     }
 }
 
@@ -202,6 +212,11 @@ struct Call {
     upstream_status: Option<u16>,
     /// A GET-stream server request that arrived while the call waited for its response headers.
     early_inbox: Option<Bytes>,
+    /// The task the call became, if it did.
+    task: Option<TaskRun>,
+    /// When the open exchange began (the first request, or the retry that resumed the call):
+    /// the call becomes a task `task_after` later.
+    leg_opened: Instant,
     inbox_tx: mpsc::UnboundedSender<Bytes>,
     inbox_rx: mpsc::UnboundedReceiver<Bytes>,
 }
@@ -213,6 +228,12 @@ enum Event {
     GatherOver,
     Retry(Option<Retry>),
     Expired,
+    /// The call has run `task_after` on its exchange: it becomes a task.
+    TaskDue,
+    /// The client answered or cancelled the task.
+    Task(Option<Control>),
+    /// The task's TTL ran out.
+    TaskExpired,
     /// The upstream response of a running call may have been silent too long (checked again
     /// when handled: bytes may have come meanwhile).
     UpstreamQuiet,
@@ -253,6 +274,7 @@ impl Call {
                 self.fail(err.into()).await;
             }
             Event::Inbox(bytes) => match Message::parse(&bytes) {
+                Ok(msg) if msg.id.is_none() => self.on_notification(&msg).await,
                 Ok(msg) => self.on_server_request(msg).await,
                 Err(_) => tracing::debug!("ignoring a malformed upstream request"),
             },
@@ -267,6 +289,9 @@ impl Call {
                 self.phase.finish();
             }
             Event::Expired => self.expire().await,
+            Event::TaskDue => self.become_task().await,
+            Event::Task(control) => self.on_control(control).await,
+            Event::TaskExpired => self.expire_task().await,
             Event::UpstreamQuiet => self.on_quiet_upstream().await,
             Event::Shutdown => self.shut_down().await,
         }
@@ -291,14 +316,18 @@ impl Call {
         if let Some(b) = self.early_inbox.take() {
             return Event::Inbox(b);
         }
+        let task_due = self.task_due();
         let Self {
             ctx,
             phase,
             parking,
             upstream,
             inbox_rx,
+            task,
             ..
         } = self;
+        let task_deadline = task.as_ref().map(|t| t.guard.deadline());
+        let task_control = task.as_mut().map(|t| t.control.recv());
         let mut shutdown = ctx.shutdown.clone();
         let (gather, deadline) = (phase.gathering(), phase.deadline());
         let retries = parking.as_mut().filter(|_| deadline.is_some());
@@ -324,6 +353,9 @@ impl Call {
             () = or_pending(leg.map(Leg::closed)) => Event::ClientGone,
             () = or_pending(gather.map(gather_over)) => Event::GatherOver,
             () = or_pending(deadline.map(tokio::time::sleep_until)) => Event::Expired,
+            c = or_pending(task_control) => Event::Task(c),
+            () = or_pending(task_due.map(tokio::time::sleep_until)) => Event::TaskDue,
+            () = or_pending(task_deadline.map(tokio::time::sleep_until)) => Event::TaskExpired,
             () = or_pending(quiet.map(tokio::time::sleep_until)) => Event::UpstreamQuiet,
             _ = shutdown.wait_for(|down| *down) => Event::Shutdown,
         }
@@ -372,10 +404,16 @@ impl Call {
             }
             self.rounds.ask_url_elicitations(&elicitations);
             if self.rounds.has_pending() {
+                // A task lists them; a call answers them as a round.
+                self.list_inputs();
                 // A round (parked already, the elicitations join the next one).
                 return self.park().await;
             }
         }
+        // A task: its final status.
+        let Some(msg) = self.finish_task(msg) else {
+            return;
+        };
         // Parked: held for the next retry.
         let Some(msg) = self.phase.hold(msg) else {
             return;
@@ -396,8 +434,18 @@ impl Call {
     }
 
     fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
+        match self.final_result(msg) {
+            Ok(result) => {
+                Outcome::result(jsonrpc::response_bytes(id, &result), self.upstream_status)
+            }
+            Err(err) => Outcome::error(&ProxyError::Rpc(err), id),
+        }
+    }
+
+    /// The upstream's final message for a modern client: the result as JSON text, or the error.
+    fn final_result(&self, msg: Message) -> Result<String, jsonrpc::ErrorObject> {
         if let Some(err) = msg.error {
-            return Outcome::error(&ProxyError::Rpc(rewrite::rewrite_error(err)), id);
+            return Err(rewrite::rewrite_error(err));
         }
         // The result of a retry that carried inputResponses must not be cached (caching26).
         // A replayed call's result came from answers too, given in an earlier life.
@@ -413,8 +461,7 @@ impl Call {
             scope,
         };
         let raw = msg.result.as_ref().map_or("{}", |r| r.get());
-        let result = rewrite::rewrite_result(&self.spec.method, raw, ctx);
-        Outcome::result(jsonrpc::response_bytes(id, &result), self.upstream_status)
+        Ok(rewrite::rewrite_result(&self.spec.method, raw, ctx))
     }
 
     fn server_info(&self) -> Option<&Value> {

@@ -16,6 +16,7 @@ mod replay;
 mod results;
 mod server;
 mod state;
+mod tasks;
 mod transport;
 mod units;
 mod upstream;
@@ -33,6 +34,7 @@ pub use replay::{RawReplay, Replay, ReplayMode, MAX_REPLAY_STATE_BYTES};
 pub use results::{CacheScope, RawResults, Results};
 pub use server::{ClientLimits, RawServer, Server, DEFAULT_LISTEN, MIN_HEADER_BYTES};
 pub use state::{KeySources, ParkedBounds, RawState, Secret, State, MIN_SECRET_BYTES};
+pub use tasks::{RawTasks, TaskMode, Tasks};
 pub use transport::{StdioCommand, UpstreamTransport, DEFAULT_MAX_PROCESSES};
 pub use units::{parse_duration, parse_size};
 pub use upstream::{parse_upstream, RawUpstream, Upstream, DEFAULT_UPSTREAM};
@@ -61,6 +63,8 @@ pub struct RawConfig {
     pub replay: RawReplay,
     /// `[approval]`
     pub approval: RawApproval,
+    /// `[tasks]`
+    pub tasks: RawTasks,
 }
 
 /// The validated configuration: one field per table of the file.
@@ -86,6 +90,8 @@ pub struct Config {
     pub replay: Replay,
     /// `[approval]`: tools a person approves before the upstream sees the call.
     pub approval: Approval,
+    /// `[tasks]`: long calls as tasks of the tasks extension.
+    pub tasks: Tasks,
 }
 
 impl Config {
@@ -114,6 +120,7 @@ impl Config {
             cluster: Cluster::from_raw(raw.cluster)?,
             replay: Replay::from_raw(raw.replay)?,
             approval: Approval::from_raw(raw.approval)?,
+            tasks: Tasks::from_raw(raw.tasks)?,
         })
     }
 

@@ -86,6 +86,7 @@ impl Settled {
         let mut s = match &out.failure {
             Some(f) => Self::failed(f),
             None if out.round.is_some() => Self::with(metrics::Outcome::InputRequired),
+            None if out.task => Self::with(metrics::Outcome::Task),
             None => Self::with(metrics::Outcome::Complete),
         };
         s.round = out.round;

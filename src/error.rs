@@ -15,6 +15,8 @@ use crate::upstream::UpstreamError;
 
 /// `data.reason` of the error that tells a client its call is lost and must start again.
 pub(crate) const CALL_LOST: &str = "call_lost";
+/// `data.reason` of the error a `tasks/*` request gets when its task's owner is gone.
+pub(crate) const TASK_LOST: &str = "task_lost";
 
 /// Who is at fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +175,10 @@ pub(crate) enum ProxyError {
     /// the client must start the call again, without `requestState`.
     #[error("the call was lost with the instance that held it ({0}); start the call again")]
     CallLost(&'static str),
+    /// A `tasks/*` request's task lives on an instance that cannot be reached (gone, or not of
+    /// the peer set): -32602 with `data.reason = "task_lost"`, HTTP 410.
+    #[error("the task was lost with the instance that ran it")]
+    TaskLost,
     /// The upstream failed.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
@@ -205,7 +211,9 @@ impl ProxyError {
             }
             Self::Upstream(UpstreamError::Busy(_)) => Side::Internal,
             Self::Upstream(_) => Side::Upstream,
-            Self::Overloaded(_) | Self::Internal(_) | Self::CallLost(_) => Side::Internal,
+            Self::Overloaded(_) | Self::Internal(_) | Self::CallLost(_) | Self::TaskLost => {
+                Side::Internal
+            }
         }
     }
 
@@ -221,7 +229,7 @@ impl ProxyError {
             | Self::State(_)
             | Self::MissingCapability { .. } => StatusCode::BAD_REQUEST,
             Self::MethodNotFound(_) => StatusCode::NOT_FOUND,
-            Self::CallLost(_) => StatusCode::GONE,
+            Self::CallLost(_) | Self::TaskLost => StatusCode::GONE,
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -259,6 +267,10 @@ impl ProxyError {
             Self::CallLost(_) => (
                 protocol::INVALID_PARAMS,
                 Some(serde_json::json!({"reason": CALL_LOST})),
+            ),
+            Self::TaskLost => (
+                protocol::INVALID_PARAMS,
+                Some(serde_json::json!({"reason": TASK_LOST})),
             ),
             Self::MissingCapability { required } => (
                 protocol::MISSING_REQUIRED_CLIENT_CAPABILITY,

@@ -21,7 +21,7 @@ use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{EnvelopeError, Kind, Message};
 use crate::ops::metrics::{self, Era, Limit, RequestTimer};
-use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
+use crate::protocol::{MODERN_VERSION, SESSION_HEADER, TASKS_EXTENSION, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 
 mod approval;
@@ -31,6 +31,7 @@ mod principal;
 mod relay;
 mod retry;
 mod start;
+mod tasks;
 mod validate;
 
 use principal::Principal;
@@ -294,6 +295,7 @@ async fn route(
     let retry_of_parked = req.params.contains_key("requestState");
     let long_lived = match req.route {
         Route::Listen => true,
+        Route::Tasks => false,
         Route::Forward { input_capable } => input_capable && !retry_of_parked,
         Route::Discover => false,
     };
@@ -304,6 +306,7 @@ async fn route(
     }
     match req.route {
         Route::Discover => discover(app, &req, who).await.map(Routed::Answered),
+        Route::Tasks => tasks::serve(app, &req, &who.digest, inbound).await,
         Route::Listen => listen::serve(app, req, who.digest, who.header)
             .await
             .map(Routed::Answered),
@@ -343,7 +346,10 @@ async fn discover(
         ttl_ms: app.config.results.ttl_ms,
         scope: app.config.results.scope,
     };
-    let result = rewrite::discover_result(session.init_result(), session.version(), ctx);
+    let mut result = rewrite::discover_result(session.init_result(), session.version(), ctx);
+    if app.config.tasks.enabled {
+        result["capabilities"]["extensions"][TASKS_EXTENSION] = serde_json::json!({});
+    }
     let body = crate::jsonrpc::response_bytes(&req.id, &crate::jsonrpc::text(&result));
     Ok(edge::json(StatusCode::OK, HeaderMap::new(), body))
 }

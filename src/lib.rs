@@ -42,4 +42,5 @@ pub mod server;
 mod sessions;
 pub mod sse;
 pub mod state;
+mod tasks;
 mod upstream;

@@ -20,6 +20,10 @@ pub(crate) const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
 /// `_meta` key tagging notifications of a listen stream.
 pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscriptionId";
 
+/// The tasks extension: declared in `clientCapabilities.extensions`, advertised in
+/// `server/discover`'s `capabilities.extensions`.
+pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
 /// `MCP-Protocol-Version`: mirrored from `_meta` (modern), the negotiated version (legacy).
 pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
 /// `Mcp-Method`: mirrors the JSON-RPC method (modern).

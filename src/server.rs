@@ -422,6 +422,7 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
             let now = Snapshot {
                 parked: app.parked_calls(),
                 parked_bytes: app.calls.parked.held_bytes(),
+                task_bytes: app.calls.tasks.held_bytes(),
                 sessions: app.pool.open_sessions(),
                 idle_sessions: app.idle_sessions(),
                 session_waiters: app.session_waiters(),
@@ -478,6 +479,7 @@ async fn background(app: Arc<App>) {
                     tracing::debug!(closed, "closed idle upstream sessions");
                 }
                 app.calls.parked.sweep();
+                app.calls.tasks.sweep();
                 app.replays.sweep();
                 app.approvals.sweep();
                 app.legacy.sweep();

@@ -17,6 +17,11 @@ impl Call {
     /// Ends the call with `err`: on the open exchange, or, parked (the upstream died meanwhile),
     /// by retiring the entry so that a late retry learns why. The session is not reused.
     pub(super) async fn fail(&mut self, err: ProxyError) {
+        if self.fail_task(&err) {
+            Failure::of(&err).log();
+            self.poison_lease();
+            return;
+        }
         if let Some(leg) = self.phase.finish() {
             let outcome = Outcome::error(&err, &leg.id);
             leg.finish(outcome).await;

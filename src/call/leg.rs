@@ -49,6 +49,8 @@ pub(crate) struct Outcome {
     pub(crate) round: Option<u32>,
     /// The HTTP status of the upstream response that carried the final message, if any.
     pub(crate) upstream_status: Option<u16>,
+    /// This is a `CreateTaskResult`.
+    pub(crate) task: bool,
 }
 
 impl Outcome {
@@ -61,6 +63,7 @@ impl Outcome {
             failure: None,
             round: None,
             upstream_status,
+            task: false,
         }
     }
 
@@ -68,6 +71,14 @@ impl Outcome {
     pub(crate) fn round(body: Vec<u8>, number: u32) -> Self {
         Self {
             round: Some(number),
+            ..Self::result(body, None)
+        }
+    }
+
+    /// A `CreateTaskResult`: the call goes on as a task.
+    pub(crate) fn task(body: Vec<u8>) -> Self {
+        Self {
+            task: true,
             ..Self::result(body, None)
         }
     }
@@ -81,6 +92,7 @@ impl Outcome {
             failure: Some(Failure::of(err)),
             round: None,
             upstream_status: None,
+            task: false,
         }
     }
 }

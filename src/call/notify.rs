@@ -13,6 +13,8 @@ impl Call {
             "notifications/progress" => {
                 if let Some(leg) = self.phase.leg() {
                     relay_progress(leg, msg).await;
+                } else if let Some(task) = &self.task {
+                    task.guard.progress(progress_message(msg));
                 }
             }
             "notifications/message" => {
@@ -30,8 +32,12 @@ impl Call {
             // The upstream gave up on one of its own requests (TS SDK: after 60 s).
             "notifications/cancelled" => {
                 let params = msg.params_value().unwrap_or_default();
-                if let Some(rid) = params.get("requestId") {
-                    self.rounds.forget(&rid.to_string());
+                let key = params
+                    .get("requestId")
+                    .and_then(|rid| self.rounds.forget(&rid.to_string()));
+                if let Some(key) = key {
+                    tracing::debug!(key, "the upstream withdrew one of its requests");
+                    self.unlist(&key);
                 }
             }
             _ => {}
@@ -54,6 +60,20 @@ async fn relay_progress(leg: &Leg, msg: &Message) {
         &Value::Object(params),
     ))
     .await;
+}
+
+// What a task's `statusMessage` says of an upstream progress notification: its message, or
+// how far it is.
+fn progress_message(msg: &Message) -> Option<String> {
+    let params = msg.params_value().ok()?;
+    if let Some(m) = params.get("message").and_then(Value::as_str) {
+        return Some(m.to_owned());
+    }
+    let progress = params.get("progress")?;
+    Some(match params.get("total") {
+        Some(total) => format!("{progress} of {total}"),
+        None => format!("{progress}"),
+    })
 }
 
 // Log messages go to the open exchange only when it asked for a level, at or above it.

@@ -60,6 +60,10 @@ impl Call {
             self.ctx.gather.saw_together(self.spec.gather_key());
         }
         self.rounds.ask(kind, id, params.as_ref());
+        if self.phase.is_detached() {
+            // A task lists it at once: the client polls for it.
+            return self.list_inputs();
+        }
         // The first request of a round opens the gather (a window, or only what already came,
         // as learned for the target); while parked, requests simply join the next round.
         self.phase.gather(|| {
@@ -151,6 +155,7 @@ impl Call {
     /// then run on (every key answered) or ask again for the missing keys.
     pub(super) async fn on_retry(&mut self, retry: Retry) {
         let claimed = Instant::now();
+        self.leg_opened = claimed;
         let held = match self.phase.resume(retry.leg) {
             Ok(held) => held,
             // Retries are read only while parked (see `next_event`).
@@ -191,8 +196,8 @@ impl Call {
     }
 }
 
-// Sends the client's answers upstream, in order.
-async fn deliver(
+/// Sends the client's answers upstream, in order.
+pub(super) async fn deliver(
     session: Option<Arc<Session>>,
     deliveries: Vec<(String, serde_json::Value)>,
 ) -> Result<(), UpstreamError> {

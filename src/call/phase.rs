@@ -1,5 +1,5 @@
 //! Where a call is, and the only code that moves it: one method per arrow of the diagram in
-//! `call`'s module doc (`gather`, `park`, `hold`, `resume`, `run`, `finish`). Pure: no IO, no
+//! `call`'s module doc (`gather`, `park`, `hold`, `resume`, `run`, `detach`, `finish`). Pure: no IO, no
 //! clock but the moment of parking; what to say on the legs it hands back is the actor's job.
 //! A transition asked of a phase it does not leave is refused (the phase is left as it was).
 
@@ -28,6 +28,9 @@ enum State {
     },
     /// A retry was claimed; its answers are on their way upstream.
     Resuming(Leg),
+    /// Answered with a task (the tasks extension): no exchange is ever open again; the client
+    /// polls the task, and its answers come through the task.
+    Detached,
     /// Over.
     Done,
 }
@@ -42,8 +45,19 @@ impl Phase {
     pub(super) fn leg(&self) -> Option<&Leg> {
         match &self.0 {
             State::Running(leg) | State::Resuming(leg) | State::Gathering { leg, .. } => Some(leg),
-            State::Parked { .. } | State::Done => None,
+            State::Parked { .. } | State::Detached | State::Done => None,
         }
+    }
+
+    /// Whether the upstream works with an exchange open and no round gathering (only then is
+    /// the call due to become a task).
+    pub(super) fn is_running(&self) -> bool {
+        matches!(self.0, State::Running(_))
+    }
+
+    /// Whether the call runs as a task.
+    pub(super) fn is_detached(&self) -> bool {
+        matches!(self.0, State::Detached)
     }
 
     /// Whether the call is over.
@@ -141,6 +155,22 @@ impl Phase {
         }
     }
 
+    /// Running → Detached: the call becomes a task. Returns the open exchange, to be answered
+    /// with the task; `None` (phase untouched) from any other phase: a call gathering a round
+    /// answers it first (the MRTR rounds come before the task), and only a running one is due.
+    pub(super) fn detach(&mut self) -> Option<Leg> {
+        match std::mem::replace(&mut self.0, State::Done) {
+            State::Running(leg) => {
+                self.0 = State::Detached;
+                Some(leg)
+            }
+            other => {
+                self.0 = other;
+                None
+            }
+        }
+    }
+
     /// Resuming → Running: every key was answered and the upstream works on. Returns whether
     /// the call moved.
     pub(super) fn run(&mut self) -> bool {
@@ -212,7 +242,42 @@ mod tests {
         resuming.resume(leg("5")).unwrap();
         let mut done = Phase::start(leg("6"));
         done.finish();
-        vec![Phase::start(leg("1")), gathering, parked, resuming, done]
+        let mut detached = Phase::start(leg("7"));
+        detached.detach();
+        vec![
+            Phase::start(leg("1")),
+            gathering,
+            parked,
+            resuming,
+            done,
+            detached,
+        ]
+    }
+
+    #[test]
+    fn only_a_running_call_becomes_a_task_and_never_goes_back() {
+        let mut phase = Phase::start(leg("1"));
+        assert_eq!(id(phase.detach().as_ref()), Some("1"));
+        assert!(phase.is_detached());
+        assert!(phase.leg().is_none());
+        assert!(
+            !phase.awaits_upstream(),
+            "a task's upstream may stay silent"
+        );
+        assert!(
+            phase.park(later()).is_none(),
+            "no round: nothing to answer it on"
+        );
+        assert!(phase.resume(leg("2")).is_err(), "no retry is awaited");
+        assert!(!phase.gather(|| unreachable!()));
+        assert!(phase.hold(final_message()).is_some(), "the task takes it");
+        for mut phase in every_phase().into_iter().skip(1) {
+            let before = format!("{phase:?}");
+            assert!(phase.detach().is_none());
+            assert_eq!(format!("{phase:?}"), before, "left as it was");
+        }
+        assert!(phase.finish().is_none());
+        assert!(phase.is_done());
     }
 
     #[test]

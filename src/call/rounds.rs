@@ -194,9 +194,25 @@ impl Rounds {
     }
 
     /// The upstream cancelled one of its own requests (`notifications/cancelled`): stop asking.
-    pub(super) fn forget(&mut self, upstream_id: &str) {
-        self.pending
-            .retain(|p| p.upstream_id.as_deref() != Some(upstream_id));
+    /// Returns the key it was asked under, if it was pending.
+    pub(super) fn forget(&mut self, upstream_id: &str) -> Option<String> {
+        let at = self
+            .pending
+            .iter()
+            .position(|p| p.upstream_id.as_deref() == Some(upstream_id))?;
+        Some(self.pending.remove(at).key)
+    }
+
+    /// Every pending request as a task lists it: what answers it, and what the client sees.
+    pub(super) fn requests(&self) -> impl Iterator<Item = (Asked, &Value)> {
+        self.pending.iter().map(|p| {
+            let asked = Asked {
+                key: p.key.clone(),
+                kind: p.kind,
+                schema: p.schema.clone(),
+            };
+            (asked, &p.embedded)
+        })
     }
 
     /// Whether `elicitation_id` names a pending URL elicitation.

@@ -21,6 +21,8 @@ enum BeforeHeaders {
     /// only when done).
     AskedFirst(Bytes),
     ClientLeft,
+    /// The call is due to become a task: the event loop waits for the headers from now on.
+    TaskDue,
 }
 
 impl Call {
@@ -51,7 +53,9 @@ impl Call {
                     self.early_inbox = Some(first);
                     ResponseStream::Pending(headers)
                 }
-                BeforeHeaders::ClientLeft => ResponseStream::Pending(headers),
+                BeforeHeaders::ClientLeft | BeforeHeaders::TaskDue => {
+                    ResponseStream::Pending(headers)
+                }
             };
             self.upstream = Upstream::InFlight { id, stream };
             return Ok(());
@@ -84,6 +88,7 @@ impl Call {
         &mut self,
         headers: &mut (impl Future<Output = Result<MessageStream, UpstreamError>> + Unpin),
     ) -> BeforeHeaders {
+        let task_due = self.task_due();
         let Self {
             ctx,
             phase,
@@ -92,11 +97,13 @@ impl Call {
         } = self;
         let timeout = ctx.pool.client().timeout();
         let leg = phase.leg();
+        let task_due = task_due.map(tokio::time::sleep_until);
         tokio::select! {
             r = headers => BeforeHeaders::Arrived(r),
             () = tokio::time::sleep(timeout) => BeforeHeaders::Arrived(Err(UpstreamError::Timeout)),
             Some(b) = inbox_rx.recv() => BeforeHeaders::AskedFirst(b),
             () = or_pending(leg.map(Leg::closed)) => BeforeHeaders::ClientLeft,
+            () = or_pending(task_due) => BeforeHeaders::TaskDue,
         }
     }
 }

@@ -112,10 +112,19 @@ impl ModernClient {
         let target = params
             .get("name")
             .or_else(|| params.get("uri"))
+            .or_else(|| params.get("taskId"))
             .and_then(Value::as_str);
         if let (Some(t), true) = (
             target,
-            matches!(method, "tools/call" | "prompts/get" | "resources/read"),
+            matches!(
+                method,
+                "tools/call"
+                    | "prompts/get"
+                    | "resources/read"
+                    | "tasks/get"
+                    | "tasks/update"
+                    | "tasks/cancel"
+            ),
         ) {
             headers.push(("mcp-name".to_owned(), t.to_owned()));
         }

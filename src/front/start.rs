@@ -4,12 +4,16 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use tokio::sync::mpsc;
 
 use super::principal::Principal;
 use super::validate::ModernRequest;
 use crate::app::App;
 use crate::call::{self, CallSpec, Leg, LegEvent};
+use crate::config::TaskMode;
+use crate::protocol::TASKS_EXTENSION;
 use crate::state::replay::Replayer;
 use crate::state::request_digest;
 
@@ -23,6 +27,7 @@ pub(super) fn start_call(
 ) -> mpsc::Receiver<LegEvent> {
     let (leg, rx) = open_leg(&req);
     let gated = req.method == "tools/call" && app.config.approval.rule_for(req.target()).is_some();
+    let task_after = task_after(app, &req);
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
         upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
@@ -34,9 +39,32 @@ pub(super) fn start_call(
         auth: who.header,
         replay_from,
         gated,
+        task_after,
     };
     call::spawn(Arc::clone(&app.calls), spec, leg);
     rx
+}
+
+/// How long `req` may run before it becomes a task: only a `tools/call` of a client that
+/// declared the tasks extension, as `[tasks]` says for its tool.
+fn task_after(app: &App, req: &ModernRequest) -> Option<Duration> {
+    let tasks = &app.config.tasks;
+    if !tasks.enabled || req.method != "tools/call" || !declares_tasks(&req.capabilities) {
+        return None;
+    }
+    match tasks.mode_for(req.target()) {
+        TaskMode::Always => Some(Duration::ZERO),
+        TaskMode::After => Some(tasks.after),
+        TaskMode::Never => None,
+    }
+}
+
+/// Whether declared client capabilities include the tasks extension.
+pub(super) fn declares_tasks(capabilities: &serde_json::Value) -> bool {
+    capabilities
+        .get("extensions")
+        .and_then(|e| e.get(TASKS_EXTENSION))
+        .is_some_and(serde_json::Value::is_object)
 }
 
 /// A leg (one client exchange) for `req`: its id, progress token and log level.

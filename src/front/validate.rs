@@ -20,6 +20,9 @@ pub(super) enum Route {
     Discover,
     /// `subscriptions/listen`, fed from the upstream GET stream.
     Listen,
+    /// `tasks/get`, `tasks/update`, `tasks/cancel` (the tasks extension): answered from the
+    /// task's record, here or at the instance that owns it.
+    Tasks,
     /// Forwarded on a legacy session.
     Forward {
         /// `tools/call`, `prompts/get`, `resources/read`: may answer `input_required`.
@@ -84,6 +87,7 @@ pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
     match method {
         "server/discover" => Ok(Route::Discover),
         "subscriptions/listen" => Ok(Route::Listen),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Ok(Route::Tasks),
         "tools/call" | "prompts/get" | "resources/read" => Ok(Route::Forward {
             input_capable: true,
         }),
@@ -177,6 +181,9 @@ fn check_target(
             "tools/call" | "prompts/get" => {
                 Err(ProxyError::InvalidParams("missing params.name".into()))
             }
+            "tasks/get" | "tasks/update" | "tasks/cancel" => {
+                Err(ProxyError::InvalidParams("missing params.taskId".into()))
+            }
             _ => Ok(()),
         };
     };
@@ -222,6 +229,7 @@ fn target_of<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
+        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return None,
     };
     params.get(field).and_then(Value::as_str)

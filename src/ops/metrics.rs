@@ -14,17 +14,19 @@ use prometheus_client::registry::{Registry, Unit};
 mod approvals;
 mod cluster;
 mod labels;
+mod tasks;
 
 pub(crate) use approvals::ApprovalMetrics;
 pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
     AcceptFailure, Capability, Decision, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
-    TokenRejection, UpstreamFailure,
+    TaskState, TokenRejection, UpstreamFailure,
 };
 use labels::{
     AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,
     LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
 };
+pub(crate) use tasks::TaskMetrics;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -35,6 +37,8 @@ pub(crate) struct Snapshot {
     pub(crate) parked: usize,
     /// Bytes charged to parked calls now (see `state.max_parked_memory`).
     pub(crate) parked_bytes: usize,
+    /// Bytes charged to tasks now (see `tasks.max_memory`).
+    pub(crate) task_bytes: usize,
     /// Upstream sessions open now (leased and idle).
     pub(crate) sessions: usize,
     /// Idle upstream sessions now.
@@ -69,10 +73,13 @@ pub(crate) struct Metrics {
     pub(crate) cluster: ClusterMetrics,
     /// The approval gate's decisions.
     pub(crate) approvals: ApprovalMetrics,
+    /// Tasks (the tasks extension).
+    pub(crate) tasks: TaskMetrics,
     limits: Family<LimitLabel, Counter>,
     accept_errors: Family<AcceptLabel, Counter>,
     parked: Gauge,
     parked_bytes: Gauge,
+    task_bytes: Gauge,
     sessions: Gauge,
     idle_sessions: Gauge,
     session_waiters: Gauge,
@@ -121,10 +128,12 @@ impl Metrics {
             key_reloads: Family::default(),
             cluster: ClusterMetrics::default(),
             approvals: ApprovalMetrics::default(),
+            tasks: TaskMetrics::default(),
             limits: Family::default(),
             accept_errors: Family::default(),
             parked: Gauge::default(),
             parked_bytes: Gauge::default(),
+            task_bytes: Gauge::default(),
             sessions: Gauge::default(),
             idle_sessions: Gauge::default(),
             session_waiters: Gauge::default(),
@@ -207,6 +216,7 @@ impl Metrics {
         );
         self.cluster.register(&mut self.registry);
         self.approvals.register(&mut self.registry);
+        self.tasks.register(&mut self.registry);
         self.register_gauges();
     }
 
@@ -228,6 +238,12 @@ impl Metrics {
             "Memory charged to parked calls now (their params plus a fixed overhead each)",
             Unit::Bytes,
             self.parked_bytes.clone(),
+        );
+        r.register_with_unit(
+            "task_memory",
+            "Memory charged to tasks now (params, results and a fixed overhead each)",
+            Unit::Bytes,
+            self.task_bytes.clone(),
         );
         r.register(
             "upstream_sessions",
@@ -346,6 +362,7 @@ impl Metrics {
         let set = |g: &Gauge, v: usize| g.set(i64::try_from(v).unwrap_or(i64::MAX));
         set(&self.parked, now.parked);
         set(&self.parked_bytes, now.parked_bytes);
+        set(&self.task_bytes, now.task_bytes);
         set(&self.sessions, now.sessions);
         set(&self.idle_sessions, now.idle_sessions);
         set(&self.session_waiters, now.session_waiters);
@@ -441,6 +458,7 @@ mod tests {
         let text = m.render(Snapshot {
             parked: 2,
             parked_bytes: 7,
+            task_bytes: 9,
             sessions: 5,
             idle_sessions: 3,
             session_waiters: 4,
@@ -449,6 +467,7 @@ mod tests {
         assert!(text.contains("mrtr_input_requests_total 3\n"));
         assert!(text.contains("mrtr_parked_calls 2\n"));
         assert!(text.contains("mrtr_parked_memory_bytes 7\n"), "{text}");
+        assert!(text.contains("mrtr_task_memory_bytes 9\n"), "{text}");
         assert!(text.contains("mrtr_upstream_sessions 5\n"));
         assert!(text.contains("mrtr_idle_sessions 3\n"));
         assert!(text.contains("mrtr_session_waiters 4\n"));

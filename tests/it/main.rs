@@ -32,3 +32,4 @@ mod smoke;
 mod sse_upstream;
 mod stdio;
 mod support;
+mod tasks;

@@ -48,6 +48,9 @@ label_values! {
         ResourcesList => "resources/list",
         ResourceTemplatesList => "resources/templates/list",
         Complete => "completion/complete",
+        TasksGet => "tasks/get",
+        TasksUpdate => "tasks/update",
+        TasksCancel => "tasks/cancel",
         /// Any other method (unknown, removed) and requests that never parsed.
         Other => "other",
         /// A legacy client's POST (relayed without looking at the method).
@@ -66,6 +69,8 @@ label_values! {
         Complete => "complete",
         /// An `input_required` round.
         InputRequired => "input_required",
+        /// A `tools/call` answered with a task (`resultType: "task"`).
+        Task => "task",
         /// The client left before the answer.
         Cancelled => "cancelled",
         /// Refused because of the request (4xx, or a JSON-RPC error the upstream answered).
@@ -199,6 +204,9 @@ impl Method {
             "resources/list" => Self::ResourcesList,
             "resources/templates/list" => Self::ResourceTemplatesList,
             "completion/complete" => Self::Complete,
+            "tasks/get" => Self::TasksGet,
+            "tasks/update" => Self::TasksUpdate,
+            "tasks/cancel" => Self::TasksCancel,
             _ => Self::Other,
         }
     }
@@ -304,6 +312,22 @@ pub(super) struct AcceptLabel {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ReloadLabel {
     pub(super) result: Reload,
+}
+
+label_values! {
+    /// A task's status (the extension's five).
+    TaskState {
+        Working => "working",
+        InputRequired => "input_required",
+        Completed => "completed",
+        Failed => "failed",
+        Cancelled => "cancelled",
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct TaskStateLabel {
+    pub(super) status: TaskState,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

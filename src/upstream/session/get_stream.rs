@@ -48,6 +48,14 @@ impl Session {
                 }
                 self.answer_default(&msg).await;
             }
+            // The upstream withdrew one of its requests: the call it was routed to stops asking
+            // for it (its other notifications are the session's).
+            Ok(Kind::Notification) if msg.method() == "notifications/cancelled" => {
+                let inbox = self.inbox.lock().ok().and_then(|s| s.clone());
+                if let Some(inbox) = inbox {
+                    let _ = inbox.send(bytes);
+                }
+            }
             Ok(Kind::Notification) => self.publish_change(msg.method(), &bytes),
             _ => {}
         }

@@ -1,0 +1,79 @@
+//! `tasks/get`, `tasks/update` and `tasks/cancel` (the tasks extension): only for a request that
+//! declares the extension (else -32021); answered from the task's record when this instance owns
+//! it, forwarded to the owner (the instance its id names, one hop) when another does, and
+//! -32602 `task_lost` when the owner cannot be reached. The task's actor hears answers and
+//! cancellations through the record (`tasks`).
+
+use std::sync::Arc;
+
+use http::{HeaderMap, StatusCode};
+use serde_json::{json, Map, Value};
+
+use super::start::declares_tasks;
+use super::validate::ModernRequest;
+use super::Routed;
+use crate::app::App;
+use crate::cluster::Inbound;
+use crate::edge;
+use crate::error::ProxyError;
+use crate::jsonrpc;
+use crate::protocol::TASKS_EXTENSION;
+use crate::tasks;
+
+/// Serves a `tasks/*` request of `principal`; `inbound` is the request as it came, for a
+/// forward to the task's owner.
+pub(super) async fn serve(
+    app: &Arc<App>,
+    req: &ModernRequest,
+    principal: &str,
+    inbound: Inbound<'_>,
+) -> Result<Routed, ProxyError> {
+    if !declares_tasks(&req.capabilities) {
+        return Err(ProxyError::MissingCapability {
+            required: json!({ "extensions": { TASKS_EXTENSION: {} } }),
+        });
+    }
+    let id = req.target();
+    let store = &app.calls.tasks;
+    if !store.is_mine(id) {
+        let Some(owner) = tasks::owner_of(id) else {
+            return Err(ProxyError::InvalidParams(
+                "unknown or expired taskId".into(),
+            ));
+        };
+        return match app.peers.forward(owner, inbound).await {
+            Ok(resp) => Ok(Routed::Forwarded(resp)),
+            Err(_) => Err(ProxyError::TaskLost),
+        };
+    }
+    let result = match req.method.as_str() {
+        "tasks/get" => {
+            let mut task = store.get(id, principal)?;
+            task["resultType"] = Value::from("complete");
+            task
+        }
+        "tasks/update" => {
+            let answers = match req.params.get("inputResponses") {
+                Some(Value::Object(m)) => m,
+                Some(_) => {
+                    return Err(ProxyError::InvalidParams(
+                        "inputResponses must be an object".into(),
+                    ))
+                }
+                None => &Map::new(),
+            };
+            store.update(id, principal, answers)?;
+            json!({ "resultType": "complete" })
+        }
+        _ => {
+            store.cancel(id, principal)?;
+            json!({ "resultType": "complete" })
+        }
+    };
+    let body = jsonrpc::response_bytes(&req.id, &jsonrpc::text(&result));
+    Ok(Routed::Answered(edge::json(
+        StatusCode::OK,
+        HeaderMap::new(),
+        body,
+    )))
+}
