@@ -71,7 +71,6 @@ use registry::ParkGuard;
 pub(crate) use registry::{ParkedCalls, Retry};
 use replay_state::ReplayState;
 use rounds::Rounds;
-use task::TaskRun;
 
 /// What every call actor shares.
 #[derive(Debug)]
@@ -189,6 +188,14 @@ enum Upstream {
     Idle,
     /// Request `id` was sent; its response (or the wait for its headers).
     InFlight { id: i64, stream: ResponseStream },
+}
+
+/// The task the call became (see `task`).
+struct TaskRun {
+    guard: crate::tasks::TaskGuard,
+    control: mpsc::Receiver<Control>,
+    /// Keys already listed on the task (each listed once, answered once).
+    listed: std::collections::HashSet<String>,
 }
 
 /// The call's entry in the registry, from its first round to its end.

@@ -42,6 +42,10 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), String> {
     let (up, described) = start_upstream(&mut config, options.transport).await?;
+    // The walkthrough's slow tool becomes a task at once, whatever `[tasks] after` says.
+    config
+        .tasks
+        .set_mode("provision", crate::config::TaskMode::Always);
     let Options { listen, once, .. } = options;
     let addr = listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)));
     let listener = TcpListener::bind(addr)
@@ -206,7 +210,70 @@ async fn walkthrough(url: &str) -> Result<(), String> {
         retry,
     )
     .await?;
-    expect_text(&r2, "Summary: short story")
+    expect_text(&r2, "Summary: short story")?;
+    task(url).await
+}
+
+// The persistent workflow: a slow tool becomes a task, is polled, asks half way, is answered
+// through the task, and completes.
+async fn task(url: &str) -> Result<(), String> {
+    let client = ModernClient::new(
+        url,
+        json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
+    );
+    let params = json!({"name":"provision","arguments":{"vm":"vm-7"}});
+    let t = step(
+        &client,
+        "a slow tool becomes a task (tasks extension)",
+        "tools/call",
+        params,
+    )
+    .await?;
+    let id = t.result()["taskId"].as_str().ok_or("no taskId")?.to_owned();
+    let asking = poll(&client, &id, "input_required").await?;
+    let key = asking.result()["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .ok_or("no inputRequests")?;
+    let answer = json!({"taskId": id, "inputResponses": { key: {"action":"accept","content":{"name":"Ada"}} }});
+    step(&client, "tasks/update answers it", "tasks/update", answer).await?;
+    let done = poll(&client, &id, "completed").await?;
+    let got = done.result()["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("");
+    if got == "vm-7 is up (approved by Ada)" {
+        Ok(())
+    } else {
+        Err(format!("unexpected task result `{got}`"))
+    }
+}
+
+// Polls `tasks/get` (at most 100 times, 100 ms apart) until the task is `status`; shows each
+// status it passes.
+async fn poll(client: &ModernClient, id: &str, status: &str) -> Result<Exchange, String> {
+    let mut seen = String::new();
+    for _ in 0..100 {
+        let ex = client
+            .request("tasks/get", json!({"taskId": id}))
+            .await
+            .map_err(|e| format!("tasks/get: {e}"))?;
+        let now = ex.result()["status"].as_str().unwrap_or("").to_owned();
+        if now != seen {
+            say(&format!("\n== tasks/get: {now}\n"));
+            show(&format!("← [{}]", ex.status.as_u16()), &ex.last);
+            seen = now;
+        }
+        if seen == status {
+            return Ok(ex);
+        }
+        if ex.last.get("error").is_some()
+            || ["failed", "cancelled", "completed"].contains(&seen.as_str())
+        {
+            return Err(format!("the task ended {seen}, not {status}"));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(format!("the task never reached {status}"))
 }
 
 fn first_round(ex: &Exchange) -> Result<(String, String), String> {

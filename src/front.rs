@@ -306,7 +306,10 @@ async fn route(
     }
     match req.route {
         Route::Discover => discover(app, &req, who).await.map(Routed::Answered),
-        Route::Tasks => tasks::serve(app, &req, &who.digest, inbound).await,
+        Route::Tasks => match tasks::serve(app, &req, &who.digest, inbound).await? {
+            tasks::Served::Here(resp) => Ok(Routed::Answered(resp)),
+            tasks::Served::ByOwner(resp) => Ok(Routed::Forwarded(resp)),
+        },
         Route::Listen => listen::serve(app, req, who.digest, who.header)
             .await
             .map(Routed::Answered),

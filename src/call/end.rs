@@ -75,8 +75,12 @@ impl Call {
             p.guard.retire("the proxy shut down");
         }
         self.cancel_upstream("the proxy is shutting down").await;
-        self.fail(ProxyError::Overloaded("the proxy is shutting down".into()))
-            .await;
+        let why = if self.phase.is_detached() {
+            "the proxy shut down before the task finished; call the tool again"
+        } else {
+            "the proxy is shutting down"
+        };
+        self.fail(ProxyError::Overloaded(why.into())).await;
     }
 
     /// Abandons the upstream call: pending server requests get a cancel answer, then the request

@@ -9,25 +9,16 @@ use std::collections::HashSet;
 
 use serde_json::value::RawValue;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::leg::Outcome;
 use super::park::deliver;
 use super::rounds::Answered;
-use super::Call;
+use super::{Call, TaskRun};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
 use crate::protocol::META_SERVER_INFO;
 use crate::tasks::{Control, TaskGuard};
-
-/// The task a call runs as.
-pub(super) struct TaskRun {
-    pub(super) guard: TaskGuard,
-    pub(super) control: mpsc::Receiver<Control>,
-    /// Keys already listed on the task (each listed once, answered once).
-    listed: HashSet<String>,
-}
 
 impl Call {
     /// When the running call becomes a task, if it may become one (the client declared the

@@ -115,6 +115,13 @@ impl Tasks {
         })
     }
 
+    /// Makes `tool` (an exact name) become a task in `mode`, over what the file said (the
+    /// demo's slow tool).
+    pub fn set_mode(&mut self, tool: &str, mode: TaskMode) {
+        self.tools.retain(|(p, _, _)| p != tool);
+        self.tools.insert(0, (tool.to_owned(), None, mode));
+    }
+
     /// When a call of `tool` becomes a task.
     pub fn mode_for(&self, tool: &str) -> TaskMode {
         self.tools

@@ -192,6 +192,7 @@ fn tools() -> Value {
         {"name":"list_roots","description":"Lists client roots (on the GET stream)","inputSchema":obj(json!({}))},
         {"name":"everything","description":"Elicit + sample + roots at once","inputSchema":obj(json!({}))},
         {"name":"twice","description":"Elicits twice in sequence","inputSchema":obj(json!({}))},
+        {"name":"provision","description":"A slow job that asks for approval half way","inputSchema":obj(json!({"vm":{"type":"string"}}))},
     ])
 }
 
@@ -233,6 +234,19 @@ async fn run_tool(c: &CallCtx) -> Result<Value, Value> {
         "everything" => {
             let (n, s, r) = tokio::join!(c.elicit_name("Name?"), c.sample("everything"), c.roots());
             Ok(text(format!("name={} sample={} roots={}", n?, s?, r?)))
+        }
+        "provision" => {
+            let vm = c.arg("vm").and_then(Value::as_str).unwrap_or("vm-1");
+            let step = |n: u64, message: &str| json!({"progressToken": "provision", "progress": n, "total": 3, "message": message});
+            c.notify("notifications/progress", step(1, "reserving capacity"))
+                .await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let who = c
+                .elicit_name(&format!("Approve provisioning {vm}? Sign with your name"))
+                .await?;
+            c.notify("notifications/progress", step(2, "booting")).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(text(format!("{vm} is up (approved by {who})")))
         }
         "twice" => {
             let a = c.elicit_name("First name?").await?;

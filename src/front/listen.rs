@@ -4,6 +4,9 @@
 //! notifications, tagged with the listen id. If that session dies, the stream ends and the client
 //! re-listens.
 //!
+//! With the tasks extension, `notifications.taskIds` follows tasks this instance owns: each change
+//! of one is pushed whole (`notifications/tasks`, the task as `tasks/get` gives it).
+//!
 //! Legacy servers notify changes per session, usually on the session where they happened (a tool
 //! that adds a tool notifies its caller's session). So a listen stream takes changes from *every*
 //! upstream session of its principal, not only its own; the same change seen on several sessions
@@ -20,6 +23,7 @@ use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use super::start::declares_tasks;
 use super::validate::ModernRequest;
 use crate::app::App;
 use crate::body::Body;
@@ -27,6 +31,7 @@ use crate::edge::SseWriter;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
 use crate::protocol::META_SUBSCRIPTION_ID;
+use crate::tasks::Tasks;
 use crate::upstream::{Change, ListenerPin, Session};
 
 /// What a listen stream carries: the lists whose changes it relays and the resources it follows.
@@ -36,6 +41,8 @@ struct Filter {
     prompts: bool,
     resources: bool,
     uris: HashSet<String>,
+    /// Tasks followed (owned here, by this principal).
+    task_ids: HashSet<String>,
 }
 
 /// One open listen stream's sources.
@@ -44,6 +51,9 @@ struct Feed {
     sub_id: Value,
     filter: Filter,
     events: broadcast::Receiver<Change>,
+    /// Tasks that changed (read only when the filter follows some).
+    task_changes: broadcast::Receiver<Arc<str>>,
+    tasks: Arc<Tasks>,
     session: Arc<Session>,
     shutdown: watch::Receiver<bool>,
     _pin: ListenerPin,
@@ -66,7 +76,10 @@ pub(super) async fn serve(
     };
     let lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
     let session = Arc::clone(lease.session());
-    let filter = Filter::negotiate(asked, &session, app.config.upstream.timeout).await;
+    let mut filter = Filter::negotiate(asked, &session, app.config.upstream.timeout).await;
+    if declares_tasks(&req.capabilities) {
+        filter.task_ids = follow_tasks(asked, &app.calls.tasks, &principal);
+    }
     let sub_id: Value = serde_json::from_str(req.id.get()).unwrap_or(Value::Null);
     let ack = jsonrpc::notification_bytes(
         "notifications/subscriptions/acknowledged",
@@ -80,6 +93,8 @@ pub(super) async fn serve(
         sub_id,
         filter,
         events: app.pool.subscribe_changes(),
+        task_changes: app.calls.tasks.changes(),
+        tasks: Arc::clone(&app.calls.tasks),
         _pin: session.pin_listener(),
         session,
         shutdown: app.draining.subscribe(),
@@ -120,6 +135,17 @@ impl Feed {
                     }
                     Err(RecvError::Closed) => return None,
                 },
+                id = self.task_changes.recv(), if !self.filter.task_ids.is_empty() => match id {
+                    Ok(id) => {
+                        if let Some(out) = task_notification(&self.filter, &self.tasks, (&self.principal, &self.sub_id), &id) {
+                            return Some(out);
+                        }
+                    }
+                    Err(RecvError::Lagged(n)) => {
+                        tracing::debug!(skipped = n, "a listen stream fell behind the task changes");
+                    }
+                    Err(RecvError::Closed) => return None,
+                },
                 // The upstream subscriptions died with the session: end the stream so that the
                 // client re-listens (there is no replay in 2026-07-28).
                 () = self.session.wait_dead() => return None,
@@ -128,6 +154,34 @@ impl Feed {
             }
         }
     }
+}
+
+/// `notifications/tasks` for task `id` when `filter` follows it: the task as it is now (several
+/// quick changes may be pushed as one).
+fn task_notification(
+    filter: &Filter,
+    tasks: &Tasks,
+    (principal, sub_id): (&str, &Value),
+    id: &str,
+) -> Option<Vec<u8>> {
+    if !filter.task_ids.contains(id) {
+        return None;
+    }
+    let mut task = tasks.get(id, principal).ok()?;
+    task["_meta"] = json!({ META_SUBSCRIPTION_ID: sub_id });
+    Some(jsonrpc::notification_bytes("notifications/tasks", &task))
+}
+
+// The tasks of `notifications.taskIds` this stream may follow: owned here and by `principal`
+// (others are left out of the acknowledgement; a client polls them).
+fn follow_tasks(asked: &Value, tasks: &Tasks, principal: &str) -> HashSet<String> {
+    let ids = asked.get("taskIds").and_then(Value::as_array);
+    ids.into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|id| tasks.get(id, principal).is_ok())
+        .map(str::to_owned)
+        .collect()
 }
 
 impl Filter {
@@ -163,6 +217,7 @@ impl Filter {
             prompts: wants("promptsListChanged") && has_list("prompts"),
             resources: wants("resourcesListChanged") && has_list("resources"),
             uris,
+            task_ids: HashSet::new(),
         }
     }
 
@@ -182,6 +237,11 @@ impl Filter {
             let mut uris: Vec<&String> = self.uris.iter().collect();
             uris.sort();
             granted.insert("resourceSubscriptions".into(), json!(uris));
+        }
+        if !self.task_ids.is_empty() {
+            let mut ids: Vec<&String> = self.task_ids.iter().collect();
+            ids.sort();
+            granted.insert("taskIds".into(), json!(ids));
         }
         granted
     }
@@ -237,6 +297,7 @@ mod tests {
             prompts: true,
             resources: true,
             uris: uris.clone(),
+            task_ids: ["i.t".to_owned()].into(),
         };
         let no_tools = Filter {
             tools: false,
@@ -262,7 +323,7 @@ mod tests {
         );
         assert_eq!(
             all.granted(),
-            json!({"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true, "resourceSubscriptions": ["file:///a"]})
+            json!({"toolsListChanged": true, "promptsListChanged": true, "resourcesListChanged": true, "resourceSubscriptions": ["file:///a"], "taskIds": ["i.t"]})
                 .as_object()
                 .cloned()
                 .unwrap()

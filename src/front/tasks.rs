@@ -6,19 +6,25 @@
 
 use std::sync::Arc;
 
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::start::declares_tasks;
 use super::validate::ModernRequest;
-use super::Routed;
 use crate::app::App;
+use crate::body::Body;
 use crate::cluster::Inbound;
 use crate::edge;
 use crate::error::ProxyError;
 use crate::jsonrpc;
 use crate::protocol::TASKS_EXTENSION;
 use crate::tasks;
+
+/// Who answered a `tasks/*` request: this instance, or the task's owner.
+pub(super) enum Served {
+    Here(Response<Body>),
+    ByOwner(Response<Body>),
+}
 
 /// Serves a `tasks/*` request of `principal`; `inbound` is the request as it came, for a
 /// forward to the task's owner.
@@ -27,7 +33,10 @@ pub(super) async fn serve(
     req: &ModernRequest,
     principal: &str,
     inbound: Inbound<'_>,
-) -> Result<Routed, ProxyError> {
+) -> Result<Served, ProxyError> {
+    if !app.config.tasks.enabled {
+        return Err(ProxyError::MethodNotFound(req.method.clone()));
+    }
     if !declares_tasks(&req.capabilities) {
         return Err(ProxyError::MissingCapability {
             required: json!({ "extensions": { TASKS_EXTENSION: {} } }),
@@ -42,7 +51,7 @@ pub(super) async fn serve(
             ));
         };
         return match app.peers.forward(owner, inbound).await {
-            Ok(resp) => Ok(Routed::Forwarded(resp)),
+            Ok(resp) => Ok(Served::ByOwner(resp)),
             Err(_) => Err(ProxyError::TaskLost),
         };
     }
@@ -71,7 +80,7 @@ pub(super) async fn serve(
         }
     };
     let body = jsonrpc::response_bytes(&req.id, &jsonrpc::text(&result));
-    Ok(Routed::Answered(edge::json(
+    Ok(Served::Here(edge::json(
         StatusCode::OK,
         HeaderMap::new(),
         body,

@@ -15,8 +15,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 
-use super::view::{Ending, Lifetime, View};
-use super::{Status, ID_SEPARATOR};
+use super::view::{Ending, Lifetime, Status, View};
 use crate::config;
 use crate::error::ProxyError;
 use crate::input::Asked;
@@ -41,6 +40,16 @@ pub(crate) enum Control {
     Answers(Map<String, Value>),
     /// `tasks/cancel`.
     Cancel,
+}
+
+/// How a task's owner is named in its id: `<instance id>.<128 random bits>`.
+const ID_SEPARATOR: char = '.';
+
+/// The instance that owns task `id` (the part before the last separator), when it has one.
+pub(crate) fn owner_of(id: &str) -> Option<&str> {
+    id.rsplit_once(ID_SEPARATOR)
+        .map(|(owner, _)| owner)
+        .filter(|o| !o.is_empty())
 }
 
 /// The tasks of this instance.
@@ -100,7 +109,7 @@ impl Tasks {
 
     /// Whether task `id` would live here (its owner is this instance).
     pub(crate) fn is_mine(&self, id: &str) -> bool {
-        super::owner_of(id) == Some(self.owner.as_str())
+        owner_of(id) == Some(self.owner.as_str())
     }
 
     /// Bytes charged to tasks now.
@@ -453,4 +462,17 @@ fn lock(m: &Mutex<View>) -> MutexGuard<'_, View> {
 /// What a log line names a task by: a digest, not the id (the id is a handle to the task).
 fn short(id: &str) -> String {
     hex::encode(&Sha256::digest(id.as_bytes())[..6])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_is_everything_before_the_last_separator() {
+        assert_eq!(owner_of("inst-1.abc"), Some("inst-1"));
+        assert_eq!(owner_of("a.b.c"), Some("a.b"));
+        assert_eq!(owner_of("nodot"), None);
+        assert_eq!(owner_of(".abc"), None);
+    }
 }

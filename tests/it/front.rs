@@ -102,7 +102,8 @@ async fn removed_and_unknown_methods_are_404_with_32601() {
         "ping",
         "logging/setLevel",
         "resources/subscribe",
-        "tasks/get",
+        "tasks/result",
+        "tasks/list",
         "no/such",
     ] {
         let ex = c.request(m, json!({})).await.unwrap();
