@@ -1,0 +1,188 @@
+//! `cargo bench --bench tasks`: what a task costs. Two proxy processes share a key; the first
+//! (the owner) runs TASKS tasks of the built-in server's slow `provision` tool, each waiting for
+//! the client's answer (`input_required`), and the second lists the first as its peer. Reports:
+//!
+//! - the owner's RSS per waiting task (the task's record, its call actor, its upstream session);
+//! - `tasks/get` latency (p50 / p99 over GETS requests, one at a time) on the owner and through
+//!   the peer (one forward), beside a plain `tools/call` of `echo` for scale;
+//! - `tasks/update` latency (each answers one task), half on the owner, half through the peer.
+//!
+//! Bounded: TASKS tasks, GETS requests per measure, 60 s for the tasks to ask; loopback only.
+//! `MRTR_BENCH_TASKS` overrides TASKS.
+
+#![allow(
+    clippy::print_stdout,
+    clippy::expect_used,
+    clippy::unwrap_used,
+    reason = "a benchmark reports on stdout and fails loudly"
+)]
+
+use std::time::{Duration, Instant};
+
+use mrtr_proxy::demo::client::ModernClient;
+use mrtr_proxy::demo::upstream::DemoUpstream;
+use serde_json::{json, Value};
+use support::{rss_kib, spawn_proxy};
+
+mod support;
+
+const TASKS: usize = 500;
+const GETS: usize = 2000;
+/// Both processes verify with this key, as replicas of one deployment do.
+const SECRET: &str = "bench-tasks-shared-secret-0123456789abcdef";
+
+fn tasks() -> usize {
+    std::env::var("MRTR_BENCH_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(TASKS)
+}
+
+fn main() {
+    support::block_on(run());
+}
+
+async fn run() {
+    let n = tasks();
+    let up = DemoUpstream::start().await.expect("demo upstream");
+    let (owner, owner_url) = spawn_proxy(&up.url(), "tasks-owner", &config(n, None));
+    let (_peer, peer_url) = spawn_proxy(&up.url(), "tasks-peer", &config(n, Some(&owner_url)));
+    let caps =
+        json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
+    let here = ModernClient::new(owner_url, caps.clone());
+    let there = ModernClient::new(peer_url, caps);
+    let start = rss_kib(owner.id());
+    let ids = create(&here, n).await;
+    wait_asking(&here, &ids).await;
+    let asking = rss_kib(owner.id());
+    let per = (asking.saturating_sub(start) as f64) * 1024.0 / n as f64;
+    println!("owner RSS: {start} KiB at start, {asking} KiB with {n} tasks waiting for input (~{per:.0} B per task)");
+    let echo = latency(GETS, || async {
+        let r = here
+            .request(
+                "tools/call",
+                json!({"name": "echo", "arguments": {"text": "x"}}),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.result()["resultType"], "complete");
+    })
+    .await;
+    report("plain tools/call (echo), for scale", &echo);
+    for (name, client) in [
+        ("tasks/get on the owner", &here),
+        ("tasks/get through the peer", &there),
+    ] {
+        let id = &ids[0];
+        let got = latency(GETS, || async {
+            let r = client
+                .request("tasks/get", json!({"taskId": id}))
+                .await
+                .unwrap();
+            assert_eq!(r.result()["status"], "input_required", "{:?}", r.last);
+        })
+        .await;
+        report(name, &got);
+    }
+    let (mine, forwarded) = ids.split_at(n / 2);
+    report("tasks/update on the owner", &updates(&here, mine).await);
+    report(
+        "tasks/update through the peer",
+        &updates(&there, forwarded).await,
+    );
+    drop(owner);
+}
+
+fn config(n: usize, peer: Option<&str>) -> String {
+    let peers = peer.map_or(String::new(), |p| format!("[cluster]\npeers = [\"{p}\"]\n"));
+    format!(
+        "[pool]\nmax_sessions = {s}\n[state]\nsecret = \"{SECRET}\"\n[tasks]\nmax = {s}\nmax_per_principal = {s}\nmax_memory = \"1GiB\"\n[tasks.tools]\nprovision = \"always\"\n{peers}",
+        s = n + 16
+    )
+}
+
+// Starts `n` tasks; returns their ids.
+async fn create(client: &ModernClient, n: usize) -> Vec<String> {
+    let mut ids = Vec::with_capacity(n);
+    for i in 0..n {
+        let r = client
+            .request(
+                "tools/call",
+                json!({"name": "provision", "arguments": {"vm": format!("vm-{i}")}}),
+            )
+            .await
+            .expect("tools/call");
+        assert_eq!(r.result()["resultType"], "task", "{:?}", r.last);
+        ids.push(r.result()["taskId"].as_str().unwrap().to_owned());
+    }
+    ids
+}
+
+// Waits (at most 60 s) until every task asks for input.
+async fn wait_asking(client: &ModernClient, ids: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for id in ids {
+        loop {
+            let r = client
+                .request("tasks/get", json!({"taskId": id}))
+                .await
+                .unwrap();
+            if r.result()["status"] == "input_required" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "tasks never asked: {:?}", r.last);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+// Answers each task of `ids` (one tasks/update each); the latencies.
+async fn updates(client: &ModernClient, ids: &[String]) -> Vec<Duration> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let got = client
+            .request("tasks/get", json!({"taskId": id}))
+            .await
+            .unwrap();
+        let key = first_key(got.result());
+        let answer = json!({"taskId": id, "inputResponses": {key: {"action": "accept", "content": {"name": "bench"}}}});
+        let t = Instant::now();
+        let r = client.request("tasks/update", answer).await.unwrap();
+        out.push(t.elapsed());
+        assert_eq!(r.result()["resultType"], "complete", "{:?}", r.last);
+    }
+    out
+}
+
+fn first_key(task: &Value) -> String {
+    task["inputRequests"]
+        .as_object()
+        .and_then(|m| m.keys().next().cloned())
+        .expect("an input_required task lists its requests")
+}
+
+async fn latency<F, Fut>(n: usize, f: F) -> Vec<Duration>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        f().await;
+        out.push(t.elapsed());
+    }
+    out
+}
+
+fn report(what: &str, samples: &[Duration]) {
+    let mut s = samples.to_vec();
+    s.sort();
+    let at = |q: f64| s[((s.len() as f64 * q) as usize).min(s.len() - 1)];
+    println!(
+        "{what}: p50 {} µs, p99 {} µs ({} requests, sequential)",
+        at(0.5).as_micros(),
+        at(0.99).as_micros(),
+        s.len()
+    );
+}
