@@ -54,6 +54,7 @@ use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError
 mod end;
 mod gather;
 mod leg;
+mod legacy_task;
 mod notify;
 mod park;
 mod phase;
@@ -150,6 +151,7 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
         upstream_status: None,
         early_inbox: None,
         task: None,
+        legacy_task: None,
         leg_opened: Instant::now(),
         inbox_tx,
         inbox_rx,
@@ -221,6 +223,8 @@ struct Call {
     early_inbox: Option<Bytes>,
     /// The task the call became, if it did.
     task: Option<TaskRun>,
+    /// The upstream's own (2025-11-25) task the call waits on, for a tool that runs only as one.
+    legacy_task: Option<legacy_task::LegacyTask>,
     /// When the open exchange began (the first request, or the retry that resumed the call):
     /// the call becomes a task `task_after` later.
     leg_opened: Instant,
@@ -400,6 +404,9 @@ impl Call {
     }
 
     async fn on_final(&mut self, msg: Message) {
+        if self.run_as_legacy_task(&msg).await {
+            return;
+        }
         if let Some(elicitations) = self.url_elicitations_required(&msg) {
             let caps = &self.spec.capabilities;
             if let Some(required) = elicitations
@@ -468,6 +475,10 @@ impl Call {
             scope,
         };
         let raw = msg.result.as_ref().map_or("{}", |r| r.get());
+        if self.legacy_task.is_some() {
+            let raw = legacy_task::without_related_task(raw);
+            return Ok(rewrite::rewrite_result(&self.spec.method, &raw, ctx));
+        }
         Ok(rewrite::rewrite_result(&self.spec.method, raw, ctx))
     }
 

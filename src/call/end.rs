@@ -110,6 +110,7 @@ impl Call {
         {
             session.cancel(id, reason).await;
         }
+        self.cancel_legacy_task(&session).await;
     }
 
     /// The call is over: a retry that claimed it but was not served yet (it raced the end) is

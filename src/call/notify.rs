@@ -22,6 +22,14 @@ impl Call {
                     relay_log(leg, msg).await;
                 }
             }
+            // The upstream's own task (a tool it runs only as one) says how it is going.
+            "notifications/tasks/status" => {
+                let params = msg.params_value().unwrap_or_default();
+                let message = params.get("statusMessage").and_then(Value::as_str);
+                if let (Some(task), Some(m)) = (&self.task, message) {
+                    task.guard.progress(Some(m.to_owned()));
+                }
+            }
             // URL-mode completion is a legacy-only notification: consumed here, never relayed.
             "notifications/elicitation/complete" => {
                 let params = msg.params_value().unwrap_or_default();

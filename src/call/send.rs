@@ -35,8 +35,13 @@ impl Call {
                 self.phase.finish();
                 return Ok(());
             };
-            let (id, headers) =
-                session.start_request(&self.spec.method, self.spec.upstream_params.as_deref());
+            // A tool the upstream runs only as a task: its result comes from `tasks/result`.
+            let (id, headers) = match &self.legacy_task {
+                Some(task) => session.start_request("tasks/result", Some(&task.result_params)),
+                None => {
+                    session.start_request(&self.spec.method, self.spec.upstream_params.as_deref())
+                }
+            };
             let mut headers = Box::pin(headers);
             let stream = match self.wait_for_headers(&mut headers).await {
                 BeforeHeaders::Arrived(Ok(stream)) => ResponseStream::Ready(stream),

@@ -107,6 +107,11 @@ impl Tasks {
         })
     }
 
+    /// How long a task lives (also asked of an upstream's legacy task).
+    pub(crate) fn ttl(&self) -> std::time::Duration {
+        self.config.ttl
+    }
+
     /// Whether task `id` would live here (its owner is this instance).
     pub(crate) fn is_mine(&self, id: &str) -> bool {
         owner_of(id) == Some(self.owner.as_str())

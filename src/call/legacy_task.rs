@@ -1,0 +1,119 @@
+//! A tool the upstream runs only as a 2025-11-25 task (`execution.taskSupport: "required"` in its
+//! `tools/list`; called plainly, it answers with an error, -32601 by the spec): the call is sent
+//! again task-augmented (`task: {ttl}`), and the actor then waits on `tasks/result`, whose stream
+//! carries the legacy task's server requests and, at last, the tool's result. So the rounds of a
+//! client without the extension, a modern task, and the call's end all work as for any call.
+//! Abandoning the call cancels the legacy task (`tasks/cancel`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::Call;
+use crate::error::ProxyError;
+use crate::jsonrpc::{self, Message};
+use crate::upstream::{Session, UpstreamError};
+
+/// The legacy `_meta` key naming the task a message belongs to.
+const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
+/// Pages of `tools/list` read at most when looking for a tool's `execution.taskSupport`.
+const MAX_LIST_PAGES: usize = 20;
+/// How long that look-up, and a `tasks/cancel`, may take.
+const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The upstream's legacy task a call waits on.
+#[derive(Debug)]
+pub(super) struct LegacyTask {
+    /// Its id, upstream.
+    id: String,
+    /// The `tasks/result` request's params (sent again after a lost session is not tried: the
+    /// task lives on the session that created it).
+    pub(super) result_params: Box<serde_json::value::RawValue>,
+}
+
+impl Call {
+    /// The upstream refused a `tools/call` with `msg` (an error): when the tool requires a task,
+    /// run it as one and return `true` (the call goes on, or failed trying).
+    pub(super) async fn run_as_legacy_task(&mut self, msg: &Message) -> bool {
+        if self.legacy_task.is_some() || self.spec.method != "tools/call" || msg.error.is_none() {
+            return false;
+        }
+        let Some(session) = self.session() else {
+            return false;
+        };
+        if !task_required(&session, &self.spec.target).await {
+            return false;
+        }
+        tracing::debug!("the upstream runs this tool only as a task: calling it as one");
+        if let Err(e) = self.start_legacy_task(&session).await {
+            self.fail(e).await;
+        }
+        true
+    }
+
+    async fn start_legacy_task(&mut self, session: &Arc<Session>) -> Result<(), ProxyError> {
+        let mut params: Value = self
+            .spec
+            .upstream_params
+            .as_ref()
+            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .unwrap_or_else(|| json!({}));
+        let ttl = u64::try_from(self.ctx.tasks.ttl().as_millis()).unwrap_or(u64::MAX);
+        params["task"] = json!({ "ttl": ttl });
+        let created = session.request("tools/call", &params).await?;
+        let Some(id) = created["task"]["taskId"].as_str() else {
+            let why = "a task-augmented tools/call was not answered with a task".to_owned();
+            return Err(UpstreamError::Protocol(why).into());
+        };
+        let result_params = jsonrpc::raw(&json!({ "taskId": id }))
+            .ok_or_else(|| ProxyError::Internal("task params".into()))?;
+        self.legacy_task = Some(LegacyTask {
+            id: id.to_owned(),
+            result_params,
+        });
+        self.send_request().await
+    }
+
+    /// Cancels the legacy task upstream, if the call runs one (its `tasks/result` request was
+    /// already cancelled with the call).
+    pub(super) async fn cancel_legacy_task(&mut self, session: &Arc<Session>) {
+        let Some(task) = self.legacy_task.take() else {
+            return;
+        };
+        let params = json!({ "taskId": task.id });
+        let asked = session.request("tasks/cancel", &params);
+        match tokio::time::timeout(LOOKUP_TIMEOUT, asked).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "the upstream refused tasks/cancel"),
+            Err(_) => tracing::debug!("the upstream did not answer tasks/cancel in time"),
+        }
+    }
+}
+
+/// A legacy task's result without its related-task `_meta` (the extension has none; the task
+/// is the proxy's business, not the client's).
+pub(super) fn without_related_task(raw: &str) -> String {
+    let Ok(Value::Object(mut result)) = serde_json::from_str::<Value>(raw) else {
+        return raw.to_owned();
+    };
+    if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+        meta.remove(RELATED_TASK);
+        if meta.is_empty() {
+            result.remove("_meta");
+        }
+    }
+    jsonrpc::text(&Value::Object(result))
+}
+
+// Whether the upstream's `tools/list` says `tool` runs only as a task.
+async fn task_required(session: &Arc<Session>, tool: &str) -> bool {
+    let listed = session.list_all("tools/list", "tools", MAX_LIST_PAGES);
+    let Ok(tools) = tokio::time::timeout(LOOKUP_TIMEOUT, listed).await else {
+        return false;
+    };
+    tools
+        .iter()
+        .find(|t| t["name"] == tool)
+        .is_some_and(|t| t["execution"]["taskSupport"] == "required")
+}
