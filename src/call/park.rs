@@ -156,6 +156,7 @@ impl Call {
     pub(super) async fn on_retry(&mut self, retry: Retry) {
         let claimed = Instant::now();
         self.leg_opened = claimed;
+        self.spec.task_after = retry.task_after;
         let held = match self.phase.resume(retry.leg) {
             Ok(held) => held,
             // Retries are read only while parked (see `next_event`).

@@ -26,6 +26,9 @@ pub(crate) struct Retry {
     pub(crate) answers: Map<String, Value>,
     /// Where to send what comes next.
     pub(crate) leg: Leg,
+    /// When the resumed call becomes a task, as the retry itself allows (a task is only ever
+    /// returned to a request that declares the extension).
+    pub(crate) task_after: Option<std::time::Duration>,
 }
 
 /// What one parked call is charged besides its params: its actor, its upstream stream and

@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::approval::{self, Taken};
 use super::principal::Principal;
-use super::start::{open_leg, start_call};
+use super::start::{open_leg, start_call, task_after};
 use super::validate::ModernRequest;
 use crate::app::App;
 use crate::body::Body;
@@ -64,9 +64,14 @@ pub(super) async fn retry(
         match app.calls.parked.claim(&claims, &answers) {
             Ok(tx) => {
                 let (leg, rx) = open_leg(&req);
-                tx.send(Retry { answers, leg })
-                    .await
-                    .map_err(|_| TokenError::Gone("the call ended".into()))?;
+                let task_after = task_after(app, &req);
+                tx.send(Retry {
+                    answers,
+                    leg,
+                    task_after,
+                })
+                .await
+                .map_err(|_| TokenError::Gone("the call ended".into()))?;
                 return Ok(Resumed::Here(rx));
             }
             Err(e @ ProxyError::CallLost(_)) => e,

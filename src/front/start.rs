@@ -47,7 +47,7 @@ pub(super) fn start_call(
 
 /// How long `req` may run before it becomes a task: only a `tools/call` of a client that
 /// declared the tasks extension, as `[tasks]` says for its tool.
-fn task_after(app: &App, req: &ModernRequest) -> Option<Duration> {
+pub(super) fn task_after(app: &App, req: &ModernRequest) -> Option<Duration> {
     let tasks = &app.config.tasks;
     if !tasks.enabled || req.method != "tools/call" || !declares_tasks(&req.capabilities) {
         return None;

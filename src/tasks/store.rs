@@ -29,7 +29,7 @@ pub(crate) const TASK_OVERHEAD: usize = 16 * 1024;
 /// Bytes of randomness in a task id (128 bits: the id is a handle, though bound to a principal).
 const ID_BYTES: usize = 16;
 /// Client messages a task's actor may have queued.
-const CONTROL_BUFFER: usize = 16;
+const CONTROL_BUFFER: usize = 64;
 /// Task changes a `subscriptions/listen` stream may fall behind by before it skips some.
 const CHANGES_BUFFER: usize = 256;
 
@@ -220,6 +220,13 @@ impl Tasks {
         answers: &Map<String, Value>,
     ) -> Result<(), ProxyError> {
         let entry = self.entry(id, principal)?;
+        // A place in the actor's queue first: once answers are taken off the list, they must
+        // reach it.
+        let Ok(slot) = entry.control.try_reserve() else {
+            return Err(ProxyError::Overloaded(
+                "the task is busy; retry later".into(),
+            ));
+        };
         let taken = {
             let mut view = lock(&entry.view);
             let mut taken = Map::new();
@@ -242,10 +249,8 @@ impl Tasks {
             taken
         };
         self.changed(id);
-        entry
-            .control
-            .try_send(Control::Answers(taken))
-            .map_err(|_| ProxyError::Overloaded("the task is busy; retry later".into()))
+        slot.send(Control::Answers(taken));
+        Ok(())
     }
 
     /// `tasks/cancel`: asks the task's actor to cancel it (the status becomes `cancelled` when
@@ -379,9 +384,12 @@ impl TaskGuard {
     /// The upstream answered: the task is `completed` with `result` (JSON text).
     pub(crate) fn complete(&self, result: Box<RawValue>) {
         let extra = result.get().len();
-        self.entry.bytes.fetch_add(extra, Ordering::AcqRel);
-        self.tasks.held_bytes.fetch_add(extra, Ordering::AcqRel);
-        self.end(Status::Completed, Ending::Result(result), None);
+        let charged = self.end(Status::Completed, Ending::Result(result), None);
+        // Charged only to a task still held (one dropped at its TTL was released already).
+        if charged {
+            self.entry.bytes.fetch_add(extra, Ordering::AcqRel);
+            self.tasks.held_bytes.fetch_add(extra, Ordering::AcqRel);
+        }
     }
 
     /// The call ended with a JSON-RPC error: the task is `failed`.
@@ -405,11 +413,9 @@ impl TaskGuard {
         lock(&self.entry.view).status
     }
 
-    fn end(&self, status: Status, ending: Ending, message: Option<String>) {
+    // Ends the task; `false` when it had ended already (or was dropped).
+    fn end(&self, status: Status, ending: Ending, message: Option<String>) -> bool {
         self.write(|view| {
-            if view.status.is_terminal() {
-                return None;
-            }
             view.ending = Some(ending);
             view.asked.clear();
             view.input_requests.clear();
@@ -417,16 +423,16 @@ impl TaskGuard {
                 view.message = message;
             }
             Some(status)
-        });
+        })
     }
 
     // Changes the record under its lock (`f` says the status it moves to, if any), then tells
-    // listeners.
-    fn write(&self, f: impl FnOnce(&mut View) -> Option<Status>) {
+    // listeners. `false`: the task had ended (or was dropped), nothing changed.
+    fn write(&self, f: impl FnOnce(&mut View) -> Option<Status>) -> bool {
         {
             let mut view = lock(&self.entry.view);
             if view.status.is_terminal() || view.dropped {
-                return;
+                return false;
             }
             if let Some(to) = f(&mut view) {
                 self.tasks.set_status(&self.id, &self.entry, &mut view, to);
@@ -434,6 +440,7 @@ impl TaskGuard {
             view.updated = SystemTime::now();
         }
         self.tasks.changed(&self.id);
+        true
     }
 }
 

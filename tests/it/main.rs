@@ -33,3 +33,5 @@ mod sse_upstream;
 mod stdio;
 mod support;
 mod tasks;
+mod tasks_cluster;
+mod tasks_lifecycle;

@@ -171,7 +171,18 @@ pub struct Listener {
 impl Listener {
     /// Opens a listen stream with `filter` as `principal` (an `Authorization` value, if any).
     pub async fn open(proxy: &TestProxy, id: &str, filter: Value, principal: Option<&str>) -> Self {
-        let body = json!({"jsonrpc":"2.0","id":id,"method":"subscriptions/listen","params":{"notifications":filter,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}});
+        Self::declaring(proxy, id, filter, principal, json!({})).await
+    }
+
+    /// Opens a listen stream whose request declares client capabilities `caps`.
+    pub async fn declaring(
+        proxy: &TestProxy,
+        id: &str,
+        filter: Value,
+        principal: Option<&str>,
+        caps: Value,
+    ) -> Self {
+        let body = json!({"jsonrpc":"2.0","id":id,"method":"subscriptions/listen","params":{"notifications":filter,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":caps}}});
         let http =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build::<_, mrtr_proxy::body::Body>(
