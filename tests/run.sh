@@ -18,6 +18,13 @@ if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3
   # cryptography makes the ES256 / EdDSA key files of test_keys.py.
   "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'cryptography==50.0.2'
 fi
+# FastMCP's tasks client (tests/interop/clients/py_tasks_client.py): a second ecosystem's client
+# of the tasks extension; it pins fastmcp-slim 4.1.4 itself.
+if ! "$interop/.venv/fastmcp/bin/pip" show fastmcp-tasks 2>/dev/null | grep -q '^Version: 4.1.4$' \
+   || ! "$interop/.venv/fastmcp/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$'; then
+  python3 -m venv "$interop/.venv/fastmcp"
+  "$interop/.venv/fastmcp/bin/pip" install -q 'fastmcp-tasks==4.1.4' 'mcp==2.3.0'
+fi
 deploy_venv=tests/deploy/.venv
 if ! "$deploy_venv/bin/pip" show kubernetes-validate 2>/dev/null | grep -q '^Version: 1.37.0$' \
    || ! "$deploy_venv/bin/pip" show pytest >/dev/null 2>&1; then

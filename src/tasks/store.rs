@@ -419,9 +419,8 @@ impl TaskGuard {
             view.ending = Some(ending);
             view.asked.clear();
             view.input_requests.clear();
-            if message.is_some() {
-                view.message = message;
-            }
+            // The last progress message says nothing of a finished task.
+            view.message = message;
             Some(status)
         })
     }

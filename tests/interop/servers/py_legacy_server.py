@@ -190,6 +190,43 @@ async def adaptive(ctx: Context) -> str:
     return f"sampled {await sample(ctx, 'adaptive')}"
 
 
+@mcp.tool()
+async def slow_ask(delay_ms: int, ctx: Context) -> str:
+    """Works `delay_ms`, reports progress with a message, elicits a name, works again, greets."""
+    await asyncio.sleep(delay_ms / 1000)
+    await ctx.report_progress(1, 2, "Asking for a name")
+    name = await ask_for_name(ctx, "What is your name?")
+    await asyncio.sleep(delay_ms / 1000)
+    return f"Hello, {name}!"
+
+
+@mcp.tool()
+async def slow_twice(delay_ms: int, ctx: Context) -> str:
+    """Works `delay_ms` before each of two elicitations in sequence."""
+    await asyncio.sleep(delay_ms / 1000)
+    a = await ask_for_name(ctx, "First name?")
+    await asyncio.sleep(delay_ms / 1000)
+    b = await ask_for_name(ctx, "Second name?")
+    return f"{a} and {b}"
+
+
+@mcp.tool()
+async def slow_everything(delay_ms: int, ctx: Context) -> str:
+    """Works `delay_ms`, then elicits and samples concurrently."""
+    await asyncio.sleep(delay_ms / 1000)
+    n, s = await asyncio.gather(ask_for_name(ctx, "Name?"), sample(ctx, "everything"))
+    return f"name={n} sample={s}"
+
+
+@mcp.tool()
+async def ask_then_slow(delay_ms: int, ctx: Context) -> str:
+    """Elicits at once, then works `delay_ms` and elicits again."""
+    a = await ask_for_name(ctx, "First name?")
+    await asyncio.sleep(delay_ms / 1000)
+    b = await ask_for_name(ctx, "Second name?")
+    return f"{a} and {b}"
+
+
 @mcp.prompt()
 async def greeting(ctx: Context) -> str:
     """Asks who to greet."""

@@ -17,6 +17,19 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 
 const nameSchema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// wait_forever(tag) cancellations, shared by every session of this process.
+const cancellations = new Map();
+function cancellation(tag) {
+  if (!cancellations.has(tag)) {
+    let resolve;
+    const promise = new Promise((r) => (resolve = r));
+    cancellations.set(tag, { promise, resolve });
+  }
+  return cancellations.get(tag);
+}
+
 function build() {
   const server = new McpServer({ name: 'ts-legacy-server', version: '1.0.0' }, { instructions: 'TypeScript legacy test server' });
   const raw = server.server;
@@ -73,6 +86,49 @@ function build() {
     const caps = raw.getClientCapabilities();
     if (caps?.elicitation) return text(`elicited ${await askName(extra, 'Name?')}`);
     return text(`sampled ${await sample(extra, 'adaptive')}`);
+  });
+  server.registerTool('slow_ask', { description: 'Works, reports progress, elicits a name, works again', inputSchema: { delay_ms: z.number() } }, async ({ delay_ms }, extra) => {
+    await sleep(delay_ms);
+    const token = extra._meta?.progressToken;
+    if (token !== undefined) {
+      await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2, message: 'Asking for a name' } });
+    }
+    const name = await askName(extra, 'What is your name?');
+    await sleep(delay_ms);
+    return text(`Hello, ${name}!`);
+  });
+  server.registerTool('slow_twice', { description: 'Works before each of two elicitations', inputSchema: { delay_ms: z.number() } }, async ({ delay_ms }, extra) => {
+    await sleep(delay_ms);
+    const a = await askName(extra, 'First name?');
+    await sleep(delay_ms);
+    const b = await askName(extra, 'Second name?');
+    return text(`${a} and ${b}`);
+  });
+  server.registerTool('slow_everything', { description: 'Works, then elicits and samples at once', inputSchema: { delay_ms: z.number() } }, async ({ delay_ms }, extra) => {
+    await sleep(delay_ms);
+    const [n, s] = await Promise.all([askName(extra, 'Name?'), sample(extra, 'everything')]);
+    return text(`name=${n} sample=${s}`);
+  });
+  server.registerTool('ask_then_slow', { description: 'Elicits at once, then works and elicits again', inputSchema: { delay_ms: z.number() } }, async ({ delay_ms }, extra) => {
+    const a = await askName(extra, 'First name?');
+    await sleep(delay_ms);
+    const b = await askName(extra, 'Second name?');
+    return text(`${a} and ${b}`);
+  });
+  server.registerTool('wait_forever', { description: 'Never finishes; records being cancelled under tag', inputSchema: { tag: z.string() } }, async ({ tag }, extra) => {
+    await new Promise((resolve, reject) =>
+      extra.signal.addEventListener('abort', () => {
+        cancellation(tag).resolve();
+        // On stderr, which a proxy running this server over stdio logs.
+        console.error(`CANCELLED ${tag}`);
+        reject(extra.signal.reason);
+      }),
+    );
+    return text('woke up');
+  });
+  server.registerTool('was_cancelled', { description: 'Waits (at most 20 s) for wait_forever(tag) to be cancelled', inputSchema: { tag: z.string() } }, async ({ tag }) => {
+    const cancelled = await Promise.race([cancellation(tag).promise.then(() => true), sleep(20_000).then(() => false)]);
+    return text(cancelled ? 'cancelled' : 'not cancelled');
   });
   server.registerPrompt('greeting', { description: 'Asks who to greet' }, async (extra) => ({
     messages: [{ role: 'user', content: { type: 'text', text: `Please greet ${await askName(extra, 'Who should be greeted?')}.` } }],

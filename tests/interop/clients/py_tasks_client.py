@@ -1,0 +1,56 @@
+"""A client of the tasks extension from another ecosystem: the FastMCP 4 client with its tasks
+support (PyPI fastmcp-tasks==4.1.4, on mcp==2.3.0), pinned to 2026-07-28. FastMCP declares the
+extension on every call; of the inputs a task may ask for it answers only elicitation.
+
+Usage: python py_tasks_client.py URL '<plan JSON>'
+plan: {"tool": name, "arguments": {..}, "mode": "result" | "cancel"}
+  result (default) `call_tool_task` (fails unless the call became a task), wait until the task
+         asks for input, then `result()`, which answers it through the elicitation handler and
+         polls to the end
+  cancel `call_tool_task`, `cancel()`, then wait for the task's final status
+Every elicitation is accepted with {"name": "Ada"}. Prints one JSON line: task_id, statuses
+(what tasks/get said, in order), elicitations (their messages), text, final, error.
+"""
+
+import asyncio
+import json
+import sys
+
+from fastmcp import Client
+from fastmcp.client.elicitation import ElicitResult
+from fastmcp_tasks.client import call_tool_task
+
+RUN_TIMEOUT_S = 30
+WAIT_S = 20
+
+
+async def main(url, plan, out):
+    async def on_elicit(message, response_type, params, context):
+        out["elicitations"].append(message)
+        return ElicitResult(action="accept", content={"name": "Ada"})
+
+    async with Client(url, mode="2026-07-28", elicitation_handler=on_elicit) as client:
+        task = await call_tool_task(client, plan["tool"], plan.get("arguments", {}))
+        out["task_id"] = task.task_id
+        out["statuses"].append(task.create_result.status)
+        if plan.get("mode", "result") == "cancel":
+            await task.cancel()
+            out["final"] = (await task.wait(timeout=WAIT_S)).status
+            out["statuses"].append(out["final"])
+            return
+        asked = await task.wait(state="input_required", timeout=WAIT_S)
+        out["statuses"].append(asked.status)
+        out["input_keys"] = sorted(asked.input_requests or {})
+        result = await task.result()
+        out["text"] = result.content[0].text
+        out["final"] = (await task.status()).status
+        out["statuses"].append(out["final"])
+
+
+if __name__ == "__main__":
+    out = {"statuses": [], "elicitations": []}
+    try:
+        asyncio.run(asyncio.wait_for(main(sys.argv[1], json.loads(sys.argv[2]), out), RUN_TIMEOUT_S))
+    except Exception as e:  # noqa: BLE001 - reported in the transcript, for the test to show
+        out["error"] = f"{type(e).__name__}: {e}"
+    print(json.dumps(out))
