@@ -14,6 +14,8 @@
 //!     │                                       └────────────────────────┼────────┘
 //!   final result (or error): finish ─▶ Done    Parked ── deadline: cancel upstream, finish ─▶ Done
 //!   any phase ── client gone / upstream failure / shutdown: finish ─▶ Done
+//!   Running ── `tasks.after` passed (the client declared the tasks extension): detach ─▶ Detached
+//!   Detached ── final result, failure, tasks/cancel, the task's TTL, shutdown: finish ─▶ Done
 //! ```
 //!
 //! A leg is one client exchange (the first request or a retry); `Parked` is the only phase with
@@ -25,7 +27,8 @@
 //! `notify` relays what the upstream notifies, `park` turns server requests into rounds and takes
 //! retries, `gather` learns how long a round waits, `rounds` keeps the pending server requests
 //! (pure), `replaying` runs its replay and `replay_state` keeps it (pure), `registry` the parked
-//! calls, `leg` the client exchange, `end` every way a call ends.
+//! calls, `leg` the client exchange, `end` every way a call ends, `task` the call as a task of the
+//! tasks extension, `legacy_task` a tool the upstream runs only as its own (2025-11-25) task.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -39,13 +42,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{self, CacheScope};
-use crate::error::ProxyError;
-use crate::input::{self, InputKind};
-use crate::jsonrpc::{self, Kind, Message};
+use crate::config;
+use crate::jsonrpc::{Kind, Message};
 use crate::ops::metrics::{Gathered, Metrics};
-use crate::protocol::LEGACY_URL_ELICITATION_REQUIRED;
-use crate::rewrite::{self, RewriteCtx};
 use crate::state::replay::Replayer;
 use crate::state::TokenCodec;
 use crate::tasks::{Control, Tasks};
@@ -200,6 +199,15 @@ struct TaskRun {
     listed: std::collections::HashSet<String>,
 }
 
+/// The upstream's own (2025-11-25) task a call waits on (see `legacy_task`).
+#[derive(Debug)]
+struct LegacyTask {
+    /// Its id, upstream.
+    id: String,
+    /// The `tasks/result` request's params (the task lives on the session that created it).
+    result_params: Box<RawValue>,
+}
+
 /// The call's entry in the registry, from its first round to its end.
 struct Parking {
     guard: ParkGuard,
@@ -224,7 +232,7 @@ struct Call {
     /// The task the call became, if it did.
     task: Option<TaskRun>,
     /// The upstream's own (2025-11-25) task the call waits on, for a tool that runs only as one.
-    legacy_task: Option<legacy_task::LegacyTask>,
+    legacy_task: Option<LegacyTask>,
     /// When the open exchange began (the first request, or the retry that resumed the call):
     /// the call becomes a task `task_after` later.
     leg_opened: Instant,
@@ -401,85 +409,6 @@ impl Call {
             (Upstream::InFlight { id, .. }, Some(raw)) => raw.get().trim() == id.to_string(),
             _ => false,
         }
-    }
-
-    async fn on_final(&mut self, msg: Message) {
-        if self.run_as_legacy_task(&msg).await {
-            return;
-        }
-        if let Some(elicitations) = self.url_elicitations_required(&msg) {
-            let caps = &self.spec.capabilities;
-            if let Some(required) = elicitations
-                .iter()
-                .find_map(|e| input::check_capability(InputKind::Elicitation, Some(e), caps).err())
-            {
-                // The upstream call is over (it answered with the error): nothing to cancel.
-                return self.fail(ProxyError::MissingCapability { required }).await;
-            }
-            self.rounds.ask_url_elicitations(&elicitations);
-            if self.rounds.has_pending() {
-                // A task lists them; a call answers them as a round.
-                self.list_inputs();
-                // A round (parked already, the elicitations join the next one).
-                return self.park().await;
-            }
-        }
-        // A task: its final status.
-        let Some(msg) = self.finish_task(msg) else {
-            return;
-        };
-        // Parked: held for the next retry.
-        let Some(msg) = self.phase.hold(msg) else {
-            return;
-        };
-        if let Some(leg) = self.phase.finish() {
-            let outcome = self.final_outcome(msg, &leg.id);
-            leg.finish(outcome).await;
-        }
-    }
-
-    // A legacy -32042 ("URL elicitation required") to an input-capable call: its elicitations.
-    fn url_elicitations_required(&self, msg: &Message) -> Option<Vec<Value>> {
-        let err = msg.error.as_ref()?;
-        if err.code != LEGACY_URL_ELICITATION_REQUIRED || !self.spec.input_capable {
-            return None;
-        }
-        err.data.as_ref()?.get("elicitations")?.as_array().cloned()
-    }
-
-    fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
-        match self.final_result(msg) {
-            Ok(result) => {
-                Outcome::result(jsonrpc::response_bytes(id, &result), self.upstream_status)
-            }
-            Err(err) => Outcome::error(&ProxyError::Rpc(err), id),
-        }
-    }
-
-    /// The upstream's final message for a modern client: the result as JSON text, or the error.
-    fn final_result(&self, msg: Message) -> Result<String, jsonrpc::ErrorObject> {
-        if let Some(err) = msg.error {
-            return Err(rewrite::rewrite_error(err));
-        }
-        // The result of a retry that carried inputResponses must not be cached (caching26).
-        // A replayed call's result came from answers too, given in an earlier life.
-        let answered = self.rounds.had_rounds() || self.replay.is_rerun();
-        let (ttl_ms, scope) = if answered {
-            (0, CacheScope::Private)
-        } else {
-            (self.ctx.results.ttl_ms, self.ctx.results.scope)
-        };
-        let ctx = RewriteCtx {
-            server_info: self.server_info(),
-            ttl_ms,
-            scope,
-        };
-        let raw = msg.result.as_ref().map_or("{}", |r| r.get());
-        if self.legacy_task.is_some() {
-            let raw = legacy_task::without_related_task(raw);
-            return Ok(rewrite::rewrite_result(&self.spec.method, &raw, ctx));
-        }
-        Ok(rewrite::rewrite_result(&self.spec.method, raw, ctx))
     }
 
     fn server_info(&self) -> Option<&Value> {

@@ -1,19 +1,107 @@
-//! How a call ends, on every path: failing on the open exchange (or, parked, retiring the
+//! How a call ends, on every path: its final message (the result or error, rewritten for modern
+//! clients, on the exchange or the task), failing on the open exchange (or, parked, retiring the
 //! registry entry so that a late retry learns why), abandoning the upstream call (cancel answers,
 //! then `notifications/cancelled`), expiry, shutdown, and turning away retries that raced the
 //! end (or came when no retry was awaited). The phase ends through `Phase::finish`; the lease and
 //! the registry guard are dropped with the actor.
 
+use serde_json::value::RawValue;
+use serde_json::Value;
+
 use super::leg::{Leg, Outcome};
-use super::{Call, Upstream};
+use super::{legacy_task, Call, Upstream};
+use crate::config::CacheScope;
 use crate::error::{Failure, ProxyError};
-use crate::input;
-use crate::jsonrpc::ErrorObject;
-use crate::protocol::INTERNAL_ERROR;
+use crate::input::{self, InputKind};
+use crate::jsonrpc::{self, ErrorObject, Message};
+use crate::protocol::{INTERNAL_ERROR, LEGACY_URL_ELICITATION_REQUIRED};
+use crate::rewrite::{self, RewriteCtx};
 use crate::state::TokenError;
 use crate::upstream::UpstreamError;
 
 impl Call {
+    /// The upstream's final message for the call: a round for -32042's URL elicitations, a
+    /// task's status, held while parked, or the open exchange's answer.
+    pub(super) async fn on_final(&mut self, msg: Message) {
+        if self.run_as_legacy_task(&msg).await {
+            return;
+        }
+        let msg = self.legacy_task_ending(msg).await;
+        if let Some(elicitations) = self.url_elicitations_required(&msg) {
+            let caps = &self.spec.capabilities;
+            if let Some(required) = elicitations
+                .iter()
+                .find_map(|e| input::check_capability(InputKind::Elicitation, Some(e), caps).err())
+            {
+                // The upstream call is over (it answered with the error): nothing to cancel.
+                return self.fail(ProxyError::MissingCapability { required }).await;
+            }
+            self.rounds.ask_url_elicitations(&elicitations);
+            if self.rounds.has_pending() {
+                // A task lists them; a call answers them as a round.
+                self.list_inputs();
+                // A round (parked already, the elicitations join the next one).
+                return self.park().await;
+            }
+        }
+        // A task: its final status.
+        let Some(msg) = self.finish_task(msg) else {
+            return;
+        };
+        // Parked: held for the next retry.
+        let Some(msg) = self.phase.hold(msg) else {
+            return;
+        };
+        if let Some(leg) = self.phase.finish() {
+            let outcome = self.final_outcome(msg, &leg.id);
+            leg.finish(outcome).await;
+        }
+    }
+
+    // A legacy -32042 ("URL elicitation required") to an input-capable call: its elicitations.
+    fn url_elicitations_required(&self, msg: &Message) -> Option<Vec<Value>> {
+        let err = msg.error.as_ref()?;
+        if err.code != LEGACY_URL_ELICITATION_REQUIRED || !self.spec.input_capable {
+            return None;
+        }
+        err.data.as_ref()?.get("elicitations")?.as_array().cloned()
+    }
+
+    pub(super) fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
+        match self.final_result(msg) {
+            Ok(result) => {
+                Outcome::result(jsonrpc::response_bytes(id, &result), self.upstream_status)
+            }
+            Err(err) => Outcome::error(&ProxyError::Rpc(err), id),
+        }
+    }
+
+    /// The upstream's final message for a modern client: the result as JSON text, or the error.
+    pub(super) fn final_result(&self, msg: Message) -> Result<String, jsonrpc::ErrorObject> {
+        if let Some(err) = msg.error {
+            return Err(rewrite::rewrite_error(err));
+        }
+        // The result of a retry that carried inputResponses must not be cached (caching26).
+        // A replayed call's result came from answers too, given in an earlier life.
+        let answered = self.rounds.had_rounds() || self.replay.is_rerun();
+        let (ttl_ms, scope) = if answered {
+            (0, CacheScope::Private)
+        } else {
+            (self.ctx.results.ttl_ms, self.ctx.results.scope)
+        };
+        let ctx = RewriteCtx {
+            server_info: self.server_info(),
+            ttl_ms,
+            scope,
+        };
+        let raw = msg.result.as_ref().map_or("{}", |r| r.get());
+        if self.legacy_task.is_some() {
+            let raw = legacy_task::without_related_task(raw);
+            return Ok(rewrite::rewrite_result(&self.spec.method, &raw, ctx));
+        }
+        Ok(rewrite::rewrite_result(&self.spec.method, raw, ctx))
+    }
+
     /// Ends the call with `err`: on the open exchange, or, parked (the upstream died meanwhile),
     /// by retiring the entry so that a late retry learns why. The session is not reused.
     pub(super) async fn fail(&mut self, err: ProxyError) {

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::Call;
+use super::{Call, LegacyTask};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
+use crate::protocol::{INTERNAL_ERROR, METHOD_NOT_FOUND};
 use crate::upstream::{Session, UpstreamError};
 
 /// The legacy `_meta` key naming the task a message belongs to.
@@ -22,21 +23,13 @@ const MAX_LIST_PAGES: usize = 20;
 /// How long that look-up, and a `tasks/cancel`, may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The upstream's legacy task a call waits on.
-#[derive(Debug)]
-pub(super) struct LegacyTask {
-    /// Its id, upstream.
-    id: String,
-    /// The `tasks/result` request's params (sent again after a lost session is not tried: the
-    /// task lives on the session that created it).
-    pub(super) result_params: Box<serde_json::value::RawValue>,
-}
-
 impl Call {
-    /// The upstream refused a `tools/call` with `msg` (an error): when the tool requires a task,
+    /// The upstream refused a `tools/call` with `msg` (-32601, as the spec has a server refuse a
+    /// task-required tool called plainly): when its `tools/list` says the tool requires a task,
     /// run it as one and return `true` (the call goes on, or failed trying).
     pub(super) async fn run_as_legacy_task(&mut self, msg: &Message) -> bool {
-        if self.legacy_task.is_some() || self.spec.method != "tools/call" || msg.error.is_none() {
+        let refused = msg.error.as_ref().map(|e| e.code) == Some(METHOD_NOT_FOUND);
+        if self.legacy_task.is_some() || self.spec.method != "tools/call" || !refused {
             return false;
         }
         let Some(session) = self.session() else {
@@ -73,6 +66,47 @@ impl Call {
             result_params,
         });
         self.send_request().await
+    }
+
+    /// The final message of a legacy task's `tasks/result`: as it is, unless it carries no tool
+    /// result (the SDKs answer so for a task that failed or was cancelled upstream); then an
+    /// error saying what the task's own status says.
+    pub(super) async fn legacy_task_ending(&mut self, mut msg: Message) -> Message {
+        let Some(task) = &self.legacy_task else {
+            return msg;
+        };
+        let has_content = msg
+            .result
+            .as_ref()
+            .and_then(|r| serde_json::from_str::<Value>(r.get()).ok())
+            .is_some_and(|r| r.get("content").is_some());
+        if msg.error.is_some() || has_content {
+            return msg;
+        }
+        let params = json!({ "taskId": task.id });
+        let status = match self.session() {
+            Some(session) => {
+                tokio::time::timeout(LOOKUP_TIMEOUT, session.request("tasks/get", &params))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+            }
+            None => None,
+        };
+        let message = status.as_ref().map_or_else(
+            || "the upstream's task ended without a result".to_owned(),
+            |t| match t["statusMessage"].as_str() {
+                Some(m) => m.to_owned(),
+                None => format!("the upstream's task ended {}", t["status"]),
+            },
+        );
+        msg.result = None;
+        msg.error = Some(jsonrpc::ErrorObject {
+            code: INTERNAL_ERROR,
+            message,
+            data: None,
+        });
+        msg
     }
 
     /// Cancels the legacy task upstream, if the call runs one (its `tasks/result` request was

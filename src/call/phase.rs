@@ -1,6 +1,7 @@
 //! Where a call is, and the only code that moves it: one method per arrow of the diagram in
-//! `call`'s module doc (`gather`, `park`, `hold`, `resume`, `run`, `detach`, `finish`). Pure: no IO, no
-//! clock but the moment of parking; what to say on the legs it hands back is the actor's job.
+//! `call`'s module doc (`gather`, `park`, `hold`, `resume`, `run`, `detach`, `finish`). Pure: no
+//! IO, no clock but the moment of parking; what to say on the legs it hands back is the actor's
+//! job.
 //! A transition asked of a phase it does not leave is refused (the phase is left as it was).
 
 use tokio::time::Instant;

@@ -137,7 +137,8 @@ impl Feed {
                 },
                 id = self.task_changes.recv(), if !self.filter.task_ids.is_empty() => match id {
                     Ok(id) => {
-                        if let Some(out) = task_notification(&self.filter, &self.tasks, (&self.principal, &self.sub_id), &id) {
+                        let who = (self.principal.as_str(), &self.sub_id);
+                        if let Some(out) = task_notification(&self.filter, &self.tasks, who, &id) {
                             return Some(out);
                         }
                     }

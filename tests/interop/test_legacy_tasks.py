@@ -65,6 +65,11 @@ def test_a_task_s_elicitation_becomes_a_round_for_a_client_without_the_extension
     assert "io.modelcontextprotocol/related-task" not in result.get("_meta", {}), result
 
 
+def test_a_failed_legacy_task_fails_the_call_with_its_message(proxy):
+    out = run_ts_client(proxy.url, [{"op": "callTool", "name": "task_fail", "arguments": {}}])
+    assert "the disk is full" in out.get("error", ""), out
+
+
 def test_a_legacy_task_becomes_a_task_of_the_extension_for_a_client_that_has_it(proxy):
     t = run_tasks_client(proxy.url, {"tool": "task_ask", "arguments": {}})
     assert t["kind"] == "task", t

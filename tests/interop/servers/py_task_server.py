@@ -8,6 +8,8 @@ Tools (all `execution: {"taskSupport": "required"}`):
   (with `_meta["io.modelcontextprotocol/related-task"]`) and delivers it only on the SSE stream of
   a `tasks/result` request for the task; the answer is POSTed as an ordinary JSON-RPC response.
 - `task_slow` (`ms`: int): sleeps `ms`, returns "slept <ms>".
+- `task_fail` (no args): the task fails ("the disk is full"); `tasks/result` then answers with no
+  content, and `tasks/get` says `failed` with that message.
 Calling either without `params.task` gives JSON-RPC error -32601.
 
 Binds 127.0.0.1:0 and prints `READY <port>` once listening (Streamable HTTP at `/mcp`); with
@@ -63,6 +65,12 @@ TOOLS = {
             inputSchema={"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]},
             execution=REQUIRED,
         ),
+        types.Tool(
+            name="task_fail",
+            description="As a task: fails.",
+            inputSchema={"type": "object", "properties": {}},
+            execution=REQUIRED,
+        ),
     ]
 }
 
@@ -87,6 +95,10 @@ def slow(ms: int) -> Callable[[ServerTaskContext], Awaitable[types.CallToolResul
         return text(f"slept {ms}")
 
     return work
+
+
+async def fail(task: ServerTaskContext) -> types.CallToolResult:
+    raise RuntimeError("the disk is full")
 
 
 def stoppable(work: Callable[[ServerTaskContext], Awaitable[types.CallToolResult]]):
@@ -140,6 +152,8 @@ async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResul
     ctx = server.request_context
     if name == "task_ask":
         return await ctx.experimental.run_task(stoppable(ask))
+    if name == "task_fail":
+        return await ctx.experimental.run_task(stoppable(fail))
     if name == "task_slow":
         return await ctx.experimental.run_task(stoppable(slow(int(arguments["ms"]))))
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"Unknown tool: {name}")], isError=True)
