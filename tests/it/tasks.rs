@@ -294,20 +294,50 @@ async fn the_create_task_result_carries_every_task_field_as_configured() {
     assert_eq!(got["resultType"], "complete");
 }
 
-#[tokio::test]
-async fn a_partial_update_takes_its_key_and_unknown_or_answered_keys_are_ignored() {
-    let script = vec![
-        ask(1, "first"),
-        ask(2, "second"),
-        Step::Await(1),
-        Step::Await(2),
-        done(),
-    ];
+/// A task whose upstream asks "first" (id 1) and "second" (id 2) at once, then runs `rest`;
+/// returned once both are listed, with their keys.
+struct AskingTwo {
+    mock: Mock,
+    _proxy: TestProxy,
+    c: ModernClient,
+    id: String,
+    /// The requests as the task listed them.
+    asked: Map<String, Value>,
+    k1: String,
+    k2: String,
+}
+
+async fn asking_two(rest: Vec<Step>) -> AskingTwo {
+    let mut script = vec![ask(1, "first"), ask(2, "second")];
+    script.extend(rest);
     let (mock, proxy) = setup("slow", script, SLOW_ALWAYS).await;
     let c = proxy.client(task_caps());
     let id = start_task(&c, "slow").await;
     let asked = until_asked(&c, &id, 2).await;
     let (k1, k2) = (key_asking(&asked, "first"), key_asking(&asked, "second"));
+    AskingTwo {
+        mock,
+        _proxy: proxy,
+        c,
+        id,
+        asked,
+        k1,
+        k2,
+    }
+}
+
+#[tokio::test]
+async fn a_partial_update_takes_its_key_and_unknown_or_answered_keys_are_ignored() {
+    let rest = vec![Step::Await(1), Step::Await(2), done()];
+    let AskingTwo {
+        mock,
+        _proxy,
+        c,
+        id,
+        k1,
+        k2,
+        ..
+    } = asking_two(rest).await;
     assert!(k1.starts_with("elicitation-") && k1 != k2, "{k1} {k2}");
     update(&c, &id, json!({ &k1: accept("Ada") })).await;
     let left = until_asked(&c, &id, 1).await;
@@ -354,18 +384,16 @@ async fn keys_stay_unique_across_the_rounds_of_a_task() {
 
 #[tokio::test]
 async fn an_answer_that_breaks_its_schema_is_32602_and_nothing_is_taken() {
-    let script = vec![
-        ask(1, "first"),
-        ask(2, "second"),
-        Step::Await(1),
-        Step::Await(2),
-        done(),
-    ];
-    let (mock, proxy) = setup("slow", script, SLOW_ALWAYS).await;
-    let c = proxy.client(task_caps());
-    let id = start_task(&c, "slow").await;
-    let asked = until_asked(&c, &id, 2).await;
-    let (k1, k2) = (key_asking(&asked, "first"), key_asking(&asked, "second"));
+    let rest = vec![Step::Await(1), Step::Await(2), done()];
+    let AskingTwo {
+        mock,
+        _proxy,
+        c,
+        id,
+        k1,
+        k2,
+        asked,
+    } = asking_two(rest).await;
     let bad = json!({"action": "accept", "content": {"name": 5}});
     let ex = on_task(
         &c,
@@ -621,18 +649,16 @@ fn withdraw(id: i64) -> Value {
 /// `withdrawal`, on the call stream or the GET stream): it is no longer listed, and nothing
 /// answers it upstream.
 async fn a_withdrawn_request_is_no_longer_listed(withdrawal: Step) {
-    let script = vec![
-        ask(1, "first"),
-        ask(2, "second"),
-        Step::Await(2),
-        withdrawal,
-        Step::Hang,
-    ];
-    let (mock, proxy) = setup("slow", script, SLOW_ALWAYS).await;
-    let c = proxy.client(task_caps());
-    let id = start_task(&c, "slow").await;
-    let asked = until_asked(&c, &id, 2).await;
-    let (k1, k2) = (key_asking(&asked, "first"), key_asking(&asked, "second"));
+    let rest = vec![Step::Await(2), withdrawal, Step::Hang];
+    let AskingTwo {
+        mock,
+        _proxy,
+        c,
+        id,
+        k1,
+        k2,
+        ..
+    } = asking_two(rest).await;
     update(&c, &id, json!({ &k2: accept("Bob") })).await;
     let r = until_status(&c, &id, "working").await;
     assert!(r.get("inputRequests").is_none(), "{r}");
