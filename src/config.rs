@@ -33,7 +33,7 @@ pub use pool::{Pool, RawPool};
 pub use replay::{RawReplay, Replay, ReplayMode, MAX_REPLAY_STATE_BYTES};
 pub use results::{CacheScope, RawResults, Results};
 pub use server::{ClientLimits, RawServer, Server, DEFAULT_LISTEN, MIN_HEADER_BYTES};
-pub use state::{KeySources, ParkedBounds, RawState, Secret, State, MIN_SECRET_BYTES};
+pub use state::{HeldBounds, KeySources, RawState, Secret, State, MIN_SECRET_BYTES};
 pub use tasks::{RawTasks, TaskMode, Tasks};
 pub use transport::{StdioCommand, UpstreamTransport, DEFAULT_MAX_PROCESSES};
 pub use units::{parse_duration, parse_size};

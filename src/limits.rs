@@ -1,10 +1,15 @@
-//! Per-principal concurrency: how many requests of one principal are being answered at once
-//! (streams included, until their body ends). A permit rides on the response body, so an SSE
-//! answer or a listen stream holds it for as long as it is open.
+//! What principals may hold: `quota` counts held things (parked calls, tasks) against their
+//! bounds; and here, per-principal concurrency: how many requests of one principal are being
+//! answered at once (streams included, until their body ends). A permit rides on the response
+//! body, so an SSE answer or a listen stream holds it for as long as it is open.
 
 use std::sync::Arc;
 
 use dashmap::DashMap;
+
+mod quota;
+
+pub(crate) use quota::Quota;
 
 use crate::body::Body;
 

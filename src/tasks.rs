@@ -10,4 +10,4 @@
 mod store;
 mod view;
 
-pub(crate) use store::{owner_of, Control, TaskGuard, Tasks};
+pub(crate) use store::{owner_of, unknown, Control, TaskGuard, Tasks};

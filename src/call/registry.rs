@@ -5,7 +5,6 @@
 //! one TTL so that a late retry learns *why* its call is gone. Counts are bounded in total and per
 //! principal. No map reference is ever held across an `.await`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,9 +13,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::leg::Leg;
-use crate::config::ParkedBounds;
+use crate::config::HeldBounds;
 use crate::error::ProxyError;
 use crate::input::Asked;
+use crate::limits::Quota;
 use crate::state::{Claims, TokenError};
 
 /// A retry delivered to a parked call.
@@ -40,10 +40,7 @@ pub(crate) const PARKED_CALL_OVERHEAD: usize = 16 * 1024;
 #[derive(Debug)]
 pub(crate) struct ParkedCalls {
     map: DashMap<String, Slot>,
-    per_principal: DashMap<String, usize>,
-    total: AtomicUsize,
-    held_bytes: AtomicUsize,
-    limits: ParkedBounds,
+    quota: Quota,
     tombstone_ttl: Duration,
 }
 
@@ -82,25 +79,22 @@ pub(crate) struct ParkGuard {
 
 impl ParkedCalls {
     /// An empty registry with the given bounds.
-    pub(crate) fn new(limits: ParkedBounds, tombstone_ttl: Duration) -> Arc<Self> {
+    pub(crate) fn new(limits: HeldBounds, tombstone_ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
-            per_principal: DashMap::new(),
-            total: AtomicUsize::new(0),
-            held_bytes: AtomicUsize::new(0),
-            limits,
+            quota: Quota::new(limits, "parked calls"),
             tombstone_ttl,
         })
     }
 
     /// Bytes charged to parked calls right now.
     pub(crate) fn held_bytes(&self) -> usize {
-        self.held_bytes.load(Ordering::Relaxed)
+        self.quota.held_bytes()
     }
 
     /// Parked calls right now.
     pub(crate) fn len(&self) -> usize {
-        self.total.load(Ordering::Relaxed)
+        self.quota.len()
     }
 
     /// Registers a parked call under `handle`, charging it `held` bytes (what it keeps: its
@@ -116,16 +110,7 @@ impl ParkedCalls {
         tx: mpsc::Sender<Retry>,
     ) -> Result<ParkGuard, ProxyError> {
         let bytes = held.saturating_add(PARKED_CALL_OVERHEAD);
-        if self.held_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes > self.limits.bytes {
-            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            return Err(ProxyError::Overloaded(
-                "parked calls hold too much memory; retry later".into(),
-            ));
-        }
-        if let Err(e) = self.count_in(principal) {
-            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            return Err(e);
-        }
+        self.quota.admit(principal, bytes)?;
         let entry = Arc::new(Parked {
             principal: principal.to_owned(),
             request: request.to_owned(),
@@ -141,26 +126,6 @@ impl ParkedCalls {
             entry,
             retired: None,
         })
-    }
-
-    // One more parked call in all and for `principal`, within their bounds.
-    fn count_in(&self, principal: &str) -> Result<(), ProxyError> {
-        if self.total.fetch_add(1, Ordering::AcqRel) >= self.limits.total {
-            self.total.fetch_sub(1, Ordering::AcqRel);
-            return Err(ProxyError::Overloaded(
-                "too many parked calls; retry later".into(),
-            ));
-        }
-        let mut n = self.per_principal.entry(principal.to_owned()).or_insert(0);
-        if *n >= self.limits.per_principal {
-            drop(n);
-            self.total.fetch_sub(1, Ordering::AcqRel);
-            return Err(ProxyError::Overloaded(
-                "too many parked calls for this principal; retry later".into(),
-            ));
-        }
-        *n += 1;
-        Ok(())
     }
 
     /// Claims the round named by verified `claims`: checks the handle is live, the `jti` is the
@@ -251,23 +216,9 @@ impl ParkGuard {
             },
         );
         self.retired = Some(reason);
-        self.calls.total.fetch_sub(1, Ordering::AcqRel);
         self.calls
-            .held_bytes
-            .fetch_sub(self.entry.bytes, Ordering::AcqRel);
-        let principal = &self.entry.principal;
-        let empty = match self.calls.per_principal.get_mut(principal) {
-            Some(mut n) => {
-                *n = n.saturating_sub(1);
-                *n == 0
-            }
-            None => false,
-        };
-        if empty {
-            self.calls
-                .per_principal
-                .remove_if(principal, |_, n| *n == 0);
-        }
+            .quota
+            .release(&self.entry.principal, self.entry.bytes);
     }
 
     /// Why the entry was retired, once it was.
@@ -346,12 +297,12 @@ mod tests {
             0,
             "dropping a retired guard does not count it again"
         );
-        assert!(calls.per_principal.get("p").is_none());
+        assert!(!calls.quota.holds("p"));
         assert_eq!(calls.held_bytes(), 0);
     }
 
-    fn limits(n: usize) -> ParkedBounds {
-        ParkedBounds {
+    fn limits(n: usize) -> HeldBounds {
+        HeldBounds {
             total: n,
             per_principal: n,
             bytes: usize::MAX,
@@ -360,7 +311,7 @@ mod tests {
 
     #[test]
     fn the_memory_bound_refuses_a_call_and_counts_nothing_for_it() {
-        let bound = ParkedBounds {
+        let bound = HeldBounds {
             bytes: 3 * PARKED_CALL_OVERHEAD,
             ..limits(10)
         };

@@ -57,19 +57,20 @@ pub struct State {
     /// How server requests arriving together are gathered into one round.
     pub gather: Gathering,
     /// Bounds on parked calls.
-    pub parked: ParkedBounds,
+    pub parked: HeldBounds,
     /// Server requests one call may have pending at once (a round is at most this many keys).
     pub max_input_requests: usize,
 }
 
-/// Bounds on parked calls (`state.max_parked*`).
+/// Bounds on what the proxy holds for clients: parked calls (`state.max_parked*`), tasks
+/// (`tasks.max*`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ParkedBounds {
-    /// Parked calls across all principals.
+pub struct HeldBounds {
+    /// Held across all principals.
     pub total: usize,
-    /// Parked calls per principal.
+    /// Held per principal.
     pub per_principal: usize,
-    /// Memory charged to parked calls in all (params + a fixed overhead each).
+    /// Memory charged in all (what each keeps plus a fixed overhead each).
     pub bytes: usize,
 }
 
@@ -97,7 +98,7 @@ impl State {
                 st.gather_window.as_deref(),
                 st.gather_max_targets,
             )?,
-            parked: ParkedBounds::from_raw(&st)?,
+            parked: HeldBounds::from_raw(&st)?,
             max_input_requests: positive("state.max_input_requests", st.max_input_requests, 32)?,
             keys: KeySources::from_raw(st.secret, st.secret_file, st.verify_secret_files)?,
             instance_id: st.instance_id,
@@ -105,7 +106,7 @@ impl State {
     }
 }
 
-impl ParkedBounds {
+impl HeldBounds {
     fn from_raw(st: &RawState) -> Result<Self, ConfigError> {
         Ok(Self {
             total: positive("state.max_parked", st.max_parked, 500)?,

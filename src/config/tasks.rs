@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::error::{invalid, positive, ConfigError};
+use super::state::HeldBounds;
 use super::units::{duration, nonzero_duration, size};
 
 /// `[tasks]` as written.
@@ -113,6 +114,15 @@ impl Tasks {
             max_memory: size("tasks.max_memory", raw.max_memory.as_deref(), "64MiB")?,
             tools,
         })
+    }
+
+    /// The bounds on tasks held.
+    pub fn bounds(&self) -> HeldBounds {
+        HeldBounds {
+            total: self.max,
+            per_principal: self.max_per_principal,
+            bytes: self.max_memory,
+        }
     }
 
     /// Makes `tool` (an exact name) become a task in `mode`, over what the file said (the

@@ -180,7 +180,7 @@ fn follow_tasks(asked: &Value, tasks: &Tasks, principal: &str) -> HashSet<String
     ids.into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .filter(|id| tasks.get(id, principal).is_ok())
+        .filter(|id| tasks.visible(id, principal))
         .map(str::to_owned)
         .collect()
 }

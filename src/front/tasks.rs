@@ -46,9 +46,7 @@ pub(super) async fn serve(
     let store = &app.calls.tasks;
     if !store.is_mine(id) {
         let Some(owner) = tasks::owner_of(id) else {
-            return Err(ProxyError::InvalidParams(
-                "unknown or expired taskId".into(),
-            ));
+            return Err(tasks::unknown());
         };
         return match app.peers.forward(owner, inbound).await {
             Ok(resp) => Ok(Served::ByOwner(resp)),

@@ -20,6 +20,7 @@ use crate::config;
 use crate::error::ProxyError;
 use crate::input::Asked;
 use crate::jsonrpc::ErrorObject;
+use crate::limits::Quota;
 use crate::ops::metrics::{Metrics, TaskState};
 use crate::state::random_id;
 
@@ -56,9 +57,7 @@ pub(crate) fn owner_of(id: &str) -> Option<&str> {
 #[derive(Debug)]
 pub(crate) struct Tasks {
     map: DashMap<String, Arc<Entry>>,
-    per_principal: DashMap<String, usize>,
-    total: AtomicUsize,
-    held_bytes: AtomicUsize,
+    quota: Quota,
     config: config::Tasks,
     owner: String,
     metrics: Arc<Metrics>,
@@ -88,7 +87,7 @@ pub(crate) struct TaskGuard {
 }
 
 /// An unknown task, an expired one and another principal's look the same (-32602).
-fn unknown() -> ProxyError {
+pub(crate) fn unknown() -> ProxyError {
     ProxyError::InvalidParams("unknown or expired taskId".into())
 }
 
@@ -97,9 +96,7 @@ impl Tasks {
     pub(crate) fn new(config: config::Tasks, owner: String, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
-            per_principal: DashMap::new(),
-            total: AtomicUsize::new(0),
-            held_bytes: AtomicUsize::new(0),
+            quota: Quota::new(config.bounds(), "tasks"),
             config,
             owner,
             metrics,
@@ -119,7 +116,7 @@ impl Tasks {
 
     /// Bytes charged to tasks now.
     pub(crate) fn held_bytes(&self) -> usize {
-        self.held_bytes.load(Ordering::Relaxed)
+        self.quota.held_bytes()
     }
 
     /// Ids of tasks that changed, for `subscriptions/listen` (which reads each with `get`).
@@ -139,7 +136,7 @@ impl Tasks {
         held: usize,
     ) -> Result<(TaskGuard, mpsc::Receiver<Control>), ProxyError> {
         let bytes = held.saturating_add(TASK_OVERHEAD);
-        self.charge(principal, bytes)?;
+        self.quota.admit(principal, bytes)?;
         let (control, rx) = mpsc::channel(CONTROL_BUFFER);
         let now = Instant::now();
         let created = SystemTime::now();
@@ -165,35 +162,17 @@ impl Tasks {
         Ok((guard, rx))
     }
 
-    // Counts a new task in, or refuses it at a bound (nothing counted then).
-    fn charge(&self, principal: &str, bytes: usize) -> Result<(), ProxyError> {
-        let over = |what: &str| Err(ProxyError::Overloaded(format!("{what}; retry later")));
-        if self.held_bytes.fetch_add(bytes, Ordering::AcqRel) + bytes > self.config.max_memory {
-            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            return over("tasks hold too much memory");
-        }
-        if self.total.fetch_add(1, Ordering::AcqRel) >= self.config.max {
-            self.total.fetch_sub(1, Ordering::AcqRel);
-            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            return over("too many tasks");
-        }
-        let mut mine = self.per_principal.entry(principal.to_owned()).or_insert(0);
-        if *mine >= self.config.max_per_principal {
-            drop(mine);
-            self.total.fetch_sub(1, Ordering::AcqRel);
-            self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
-            return over("too many tasks for this principal");
-        }
-        *mine += 1;
-        Ok(())
-    }
-
     // The live entry of `id` for `principal`.
     fn entry(&self, id: &str, principal: &str) -> Result<Arc<Entry>, ProxyError> {
         let entry = self.map.get(id).map(|e| Arc::clone(e.value()));
         entry
             .filter(|e| e.principal == principal && e.expires > Instant::now())
             .ok_or_else(unknown)
+    }
+
+    /// Whether `principal` may see task `id` (live, here, its own).
+    pub(crate) fn visible(&self, id: &str, principal: &str) -> bool {
+        self.entry(id, principal).is_ok()
     }
 
     /// `tasks/get`: the `DetailedTask` of `id`, as `principal` may see it.
@@ -299,14 +278,8 @@ impl Tasks {
     }
 
     fn release(&self, entry: &Entry) {
-        self.total.fetch_sub(1, Ordering::AcqRel);
-        self.held_bytes
-            .fetch_sub(entry.bytes.load(Ordering::Acquire), Ordering::AcqRel);
-        if let Some(mut n) = self.per_principal.get_mut(&entry.principal) {
-            *n = n.saturating_sub(1);
-        }
-        self.per_principal
-            .remove_if(&entry.principal, |_, n| *n == 0);
+        let bytes = entry.bytes.load(Ordering::Acquire);
+        self.quota.release(&entry.principal, bytes);
     }
 
     fn lifetime(&self) -> Lifetime {
@@ -388,7 +361,7 @@ impl TaskGuard {
         // Charged only to a task still held (one dropped at its TTL was released already).
         if charged {
             self.entry.bytes.fetch_add(extra, Ordering::AcqRel);
-            self.tasks.held_bytes.fetch_add(extra, Ordering::AcqRel);
+            self.tasks.quota.charge(extra);
         }
     }
 
