@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::replaying::tool_hint;
 use super::{Call, LegacyTask};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
@@ -18,9 +19,7 @@ use crate::upstream::{Session, UpstreamError};
 
 /// The legacy `_meta` key naming the task a message belongs to.
 const RELATED_TASK: &str = "io.modelcontextprotocol/related-task";
-/// Pages of `tools/list` read at most when looking for a tool's `execution.taskSupport`.
-const MAX_LIST_PAGES: usize = 20;
-/// How long that look-up, and a `tasks/cancel`, may take.
+/// How long a `tasks/cancel` or `tasks/get` of the upstream may take.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Call {
@@ -35,7 +34,12 @@ impl Call {
         let Some(session) = self.session() else {
             return false;
         };
-        if !task_required(&session, &self.spec.target).await {
+        let hint = tool_hint(
+            &self.ctx.tool_hints,
+            Some(Arc::clone(&session)),
+            &self.spec.target,
+        );
+        if !hint.await.is_some_and(|h| h.task_required) {
             return false;
         }
         tracing::debug!("the upstream runs this tool only as a task: calling it as one");
@@ -138,16 +142,4 @@ pub(super) fn without_related_task(raw: &str) -> String {
         }
     }
     jsonrpc::text(&Value::Object(result))
-}
-
-// Whether the upstream's `tools/list` says `tool` runs only as a task.
-async fn task_required(session: &Arc<Session>, tool: &str) -> bool {
-    let listed = session.list_all("tools/list", "tools", MAX_LIST_PAGES);
-    let Ok(tools) = tokio::time::timeout(LOOKUP_TIMEOUT, listed).await else {
-        return false;
-    };
-    tools
-        .iter()
-        .find(|t| t["name"] == tool)
-        .is_some_and(|t| t["execution"]["taskSupport"] == "required")
 }

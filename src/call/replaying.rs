@@ -13,7 +13,7 @@ use super::Call;
 use crate::config::ReplayMode;
 use crate::input::{self, Asked, InputKind};
 use crate::jsonrpc::{self, Message};
-use crate::state::replay::{self, Journal, ToolHints};
+use crate::state::replay::{self, Journal, ToolHint, ToolHints};
 use crate::upstream::Session;
 
 /// Pages of `tools/list` read at most when looking for a tool's annotations.
@@ -39,7 +39,9 @@ impl Call {
             ReplayMode::Never => false,
             ReplayMode::Annotations => {
                 let session = self.session();
-                annotated_safe(&self.ctx.tool_hints, session, &self.spec.target).await
+                tool_hint(&self.ctx.tool_hints, session, &self.spec.target)
+                    .await
+                    .is_some_and(|h| h.replay_safe)
             }
         };
         self.replay.decide(safe);
@@ -91,29 +93,34 @@ impl Call {
     }
 }
 
-// The upstream's annotations of `tool`, read again when older than a minute or unknown.
-async fn annotated_safe(hints: &ToolHints, session: Option<Arc<Session>>, tool: &str) -> bool {
-    if !hints.fresh(Instant::now()) || !hints.safe.contains_key(tool) {
+/// What the upstream's `tools/list` says of `tool` (read again when older than a minute or
+/// when the tool is unknown); `None` when it does not list the tool.
+pub(super) async fn tool_hint(
+    hints: &ToolHints,
+    session: Option<Arc<Session>>,
+    tool: &str,
+) -> Option<ToolHint> {
+    if !hints.fresh(Instant::now()) || !hints.tools.contains_key(tool) {
         if let Some(session) = session {
             if let Ok(found) = tokio::time::timeout(LIST_TIMEOUT, read_hints(&session)).await {
                 // Updated in place, never emptied: a concurrent look-up sees old or new hints.
                 let names: std::collections::HashSet<String> =
                     found.iter().map(|(n, _)| n.clone()).collect();
-                for (name, safe) in found {
-                    hints.safe.insert(name, safe);
+                for (name, hint) in found {
+                    hints.tools.insert(name, hint);
                 }
-                hints.safe.retain(|name, _| names.contains(name));
+                hints.tools.retain(|name, _| names.contains(name));
                 if let Ok(mut t) = hints.read.lock() {
                     *t = Some(Instant::now());
                 }
             }
         }
     }
-    hints.safe.get(tool).is_some_and(|safe| *safe)
+    hints.tools.get(tool).map(|h| *h)
 }
 
-// Every tool of the upstream's `tools/list` (all pages, bounded) and whether it is replay-safe.
-async fn read_hints(session: &Arc<Session>) -> Vec<(String, bool)> {
+// Every tool of the upstream's `tools/list` (all pages, bounded) and what it says of each.
+async fn read_hints(session: &Arc<Session>) -> Vec<(String, ToolHint)> {
     let tools = session
         .list_all("tools/list", "tools", MAX_LIST_PAGES)
         .await;
@@ -122,8 +129,11 @@ async fn read_hints(session: &Arc<Session>) -> Vec<(String, bool)> {
         .filter_map(|tool| {
             let name = tool["name"].as_str()?;
             let a = &tool["annotations"];
-            let safe = a["readOnlyHint"] == true || a["idempotentHint"] == true;
-            Some((name.to_owned(), safe))
+            let hint = ToolHint {
+                replay_safe: a["readOnlyHint"] == true || a["idempotentHint"] == true,
+                task_required: tool["execution"]["taskSupport"] == "required",
+            };
+            Some((name.to_owned(), hint))
         })
         .collect()
 }

@@ -135,14 +135,22 @@ impl Replayer {
 /// How long a tool's annotations, read from the upstream's `tools/list`, are trusted.
 const HINTS_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Whether each tool of the upstream is replay-safe by its annotations (`readOnlyHint` or
-/// `idempotentHint` true), as last read.
+/// What the upstream's `tools/list` says of each tool, as last read.
 #[derive(Debug, Default)]
 pub(crate) struct ToolHints {
-    /// Tool name → replay-safe.
-    pub(crate) safe: DashMap<String, bool>,
+    /// Tool name → what it says.
+    pub(crate) tools: DashMap<String, ToolHint>,
     /// When they were read.
     pub(crate) read: std::sync::Mutex<Option<Instant>>,
+}
+
+/// What the upstream's `tools/list` says of one tool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct ToolHint {
+    /// Replay-safe by its annotations (`readOnlyHint` or `idempotentHint` true).
+    pub(crate) replay_safe: bool,
+    /// Runs only as a 2025-11-25 task (`execution.taskSupport: "required"`).
+    pub(crate) task_required: bool,
 }
 
 impl ToolHints {
