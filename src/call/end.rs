@@ -102,14 +102,13 @@ impl Call {
         Ok(rewrite::rewrite_result(&self.spec.method, raw, ctx))
     }
 
-    /// Ends the call with `err`: on the open exchange, or, parked (the upstream died meanwhile),
-    /// by retiring the entry so that a late retry learns why. The session is not reused.
+    /// Ends the call with `err`: on the open exchange, or as a task's final status, or, parked
+    /// (the upstream died meanwhile), by retiring the entry so that a late retry learns why. The
+    /// session is not reused.
     pub(super) async fn fail(&mut self, err: ProxyError) {
-        if self.fail_task(&err) {
-            Failure::of(&err).log();
-            self.poison_lease();
-            return;
-        }
+        // A task's failure is its final status; then, as for a parked call, there is no
+        // exchange to carry it.
+        self.fail_task(&err);
         if let Some(leg) = self.phase.finish() {
             let outcome = Outcome::error(&err, &leg.id);
             leg.finish(outcome).await;

@@ -142,14 +142,12 @@ impl Call {
         None
     }
 
-    /// A task's failure (`err`) becomes its final status; `false` when the call is no task.
-    pub(super) fn fail_task(&mut self, err: &ProxyError) -> bool {
-        if self.task.is_none() {
-            return false;
+    /// A task's failure (`err`) becomes its final status (nothing when the call is no task).
+    pub(super) fn fail_task(&mut self, err: &ProxyError) {
+        if self.task.is_some() {
+            let error = err.to_error_object();
+            self.end_task(|t| t.fail(error));
         }
-        let error = err.to_error_object();
-        self.end_task(|t| t.fail(error));
-        true
     }
 
     // The task's last word, then the call is done.
