@@ -169,19 +169,8 @@ impl Call {
             }
             return;
         }
-        let Answered {
-            deliveries,
-            reissue,
-            journal,
-        } = self.rounds.answer(&retry.answers);
-        self.replay.delivered(journal);
-        if let Err(e) = deliver(self.session(), deliveries).await {
-            return self.fail(e.into()).await;
-        }
-        if reissue {
-            if let Err(e) = self.send_request().await {
-                return self.fail(e).await;
-            }
+        if let Err(e) = self.deliver_answers(&retry.answers).await {
+            return self.fail(e).await;
         }
         self.ctx.metrics.resumed(claimed.elapsed());
         if self.rounds.has_pending() {
@@ -195,10 +184,30 @@ impl Call {
             }
         }
     }
+
+    /// The client's answers (a retry's, or a task's `tasks/update`): those of pending requests
+    /// go upstream in order, and the call is sent again once the URL elicitations of a -32042
+    /// are all answered.
+    pub(super) async fn deliver_answers(
+        &mut self,
+        answers: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), ProxyError> {
+        let Answered {
+            deliveries,
+            reissue,
+            journal,
+        } = self.rounds.answer(answers);
+        self.replay.delivered(journal);
+        deliver(self.session(), deliveries).await?;
+        if reissue {
+            self.send_request().await?;
+        }
+        Ok(())
+    }
 }
 
-/// Sends the client's answers upstream, in order.
-pub(super) async fn deliver(
+// Sends the client's answers upstream, in order.
+async fn deliver(
     session: Option<Arc<Session>>,
     deliveries: Vec<(String, serde_json::Value)>,
 ) -> Result<(), UpstreamError> {

@@ -12,8 +12,6 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::leg::Outcome;
-use super::park::deliver;
-use super::rounds::Answered;
 use super::{Call, TaskRun};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
@@ -96,19 +94,8 @@ impl Call {
     pub(super) async fn on_control(&mut self, control: Option<Control>) {
         match control {
             Some(Control::Answers(answers)) => {
-                let Answered {
-                    deliveries,
-                    reissue,
-                    journal,
-                } = self.rounds.answer(&answers);
-                self.replay.delivered(journal);
-                if let Err(e) = deliver(self.session(), deliveries).await {
-                    return self.fail(e.into()).await;
-                }
-                if reissue {
-                    if let Err(e) = self.send_request().await {
-                        self.fail(e).await;
-                    }
+                if let Err(e) = self.deliver_answers(&answers).await {
+                    self.fail(e).await;
                 }
             }
             Some(Control::Cancel) => {
