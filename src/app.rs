@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
+use crate::auth::{AuthSetupError, Authenticator};
 use crate::call::{CallContext, Gather, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::Config;
@@ -17,7 +18,7 @@ use crate::sessions::LegacySessions;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
 use crate::tasks::Tasks;
-use crate::upstream::SessionPool;
+use crate::upstream::{Credentials, SessionPool};
 
 /// Pages of `tools/list` read to check `[approval.tools]` against the upstream.
 const POLICY_CHECK_PAGES: usize = 20;
@@ -55,6 +56,30 @@ pub struct App {
     pub(crate) approvals: SpentTokens,
     /// The legacy sessions relayed (what they declared) and the proxy's requests pending on them.
     pub(crate) legacy: LegacySessions,
+    /// Who each request speaks for (`[auth]`).
+    pub(crate) auth: Authenticator,
+}
+
+// The configured key set, or a generated signing key when none is configured.
+fn signing_keys(config: &Config) -> Result<KeySet, KeyError> {
+    match keys::load(&config.state.keys)? {
+        Some(keys) => Ok(keys),
+        None => {
+            tracing::info!("no state key configured: generated a random signing key (single instance only; tokens die with the process)");
+            KeySet::generated()
+        }
+    }
+}
+
+/// Why the proxy cannot start with a configuration whose syntax is valid.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A state key cannot be read or used.
+    #[error(transparent)]
+    Keys(#[from] KeyError),
+    /// An `[auth]` key set or client secret cannot be read.
+    #[error(transparent)]
+    Auth(#[from] AuthSetupError),
 }
 
 impl App {
@@ -62,15 +87,9 @@ impl App {
     /// none is configured.
     ///
     /// # Errors
-    /// [`KeyError`] when a configured key cannot be read or used.
-    pub fn new(config: Config) -> Result<Arc<Self>, KeyError> {
-        let keys = match keys::load(&config.state.keys)? {
-            Some(keys) => keys,
-            None => {
-                tracing::info!("no state key configured: generated a random signing key (single instance only; tokens die with the process)");
-                KeySet::generated()?
-            }
-        };
+    /// [`StartError`] when a configured key, key set or secret cannot be read or used.
+    pub fn new(config: Config) -> Result<Arc<Self>, StartError> {
+        let keys = signing_keys(&config)?;
         let pool = SessionPool::new(&config.upstream, config.pool.clone());
         let issuer = config
             .state
@@ -78,6 +97,11 @@ impl App {
             .clone()
             .unwrap_or_else(|| random_id(INSTANCE_ID_BYTES));
         let metrics = Arc::new(Metrics::default());
+        let auth = Authenticator::new(
+            &config.auth,
+            config.upstream.principal_header.clone(),
+            Arc::clone(&metrics),
+        )?;
         let shutdown = watch::channel(false).0;
         let draining = watch::channel(false).0;
         let tokens = Arc::new(TokenCodec::new(keys, issuer, config.state.ttl));
@@ -112,6 +136,7 @@ impl App {
             approvals: SpentTokens::new(config.state.ttl),
             legacy: LegacySessions::new(config.pool.idle_timeout),
             tokens,
+            auth,
             config,
             pool,
             calls,
@@ -232,7 +257,7 @@ impl App {
         let anonymous = principal_digest(None);
         let lease = match self
             .pool
-            .lease(&anonymous, &serde_json::json!({}), None)
+            .lease(&anonymous, &serde_json::json!({}), &Credentials::default())
             .await
         {
             Ok(lease) => lease,

@@ -35,7 +35,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::HeaderValue;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -48,7 +47,7 @@ use crate::ops::metrics::{Gathered, Metrics};
 use crate::state::replay::Replayer;
 use crate::state::TokenCodec;
 use crate::tasks::{Control, Tasks};
-use crate::upstream::{Lease, ResponseStream, Session, SessionPool, UpstreamError};
+use crate::upstream::{Credentials, Lease, ResponseStream, Session, SessionPool, UpstreamError};
 
 mod end;
 mod gather;
@@ -117,8 +116,8 @@ pub(crate) struct CallSpec {
     pub(crate) input_capable: bool,
     /// Principal digest.
     pub(crate) principal: String,
-    /// Principal header forwarded upstream.
-    pub(crate) auth: Option<(http::HeaderName, HeaderValue)>,
+    /// What goes upstream for the principal: the latest leg's (a retry brings its own).
+    pub(crate) credentials: Credentials,
     /// Request digest (method + target + arguments).
     pub(crate) request_digest: String,
     /// Tool or prompt name, or resource URI (picks the replay mode).

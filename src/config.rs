@@ -7,6 +7,7 @@ use serde::Deserialize;
 
 mod admin;
 mod approval;
+mod auth;
 mod cluster;
 mod error;
 mod gather;
@@ -17,6 +18,7 @@ mod results;
 mod server;
 mod state;
 mod tasks;
+mod tools;
 mod transport;
 mod units;
 mod upstream;
@@ -24,6 +26,10 @@ mod upstream;
 pub use admin::{Admin, RawAdmin};
 pub use approval::{
     Approval, ApprovalRule, RawApproval, RawToolApproval, MAX_APPROVAL_MESSAGE_BYTES,
+};
+pub use auth::{
+    Auth, Introspection, JwksSource, Jwt, PrincipalSource, RawAuth, RawIntrospection, RawJwt,
+    SecretSource,
 };
 pub use cluster::{Cluster, RawCluster};
 pub use error::ConfigError;
@@ -35,6 +41,7 @@ pub use results::{CacheScope, RawResults, Results};
 pub use server::{ClientLimits, RawServer, Server, DEFAULT_LISTEN, MIN_HEADER_BYTES};
 pub use state::{HeldBounds, KeySources, RawState, Secret, State, MIN_SECRET_BYTES};
 pub use tasks::{RawTasks, TaskMode, Tasks};
+pub use tools::ToolTable;
 pub use transport::{StdioCommand, UpstreamTransport, DEFAULT_MAX_PROCESSES};
 pub use units::{parse_duration, parse_size};
 pub use upstream::{parse_upstream, RawUpstream, Upstream, DEFAULT_UPSTREAM};
@@ -65,6 +72,8 @@ pub struct RawConfig {
     pub approval: RawApproval,
     /// `[tasks]`
     pub tasks: RawTasks,
+    /// `[auth]`
+    pub auth: RawAuth,
 }
 
 /// The validated configuration: one field per table of the file.
@@ -92,6 +101,8 @@ pub struct Config {
     pub approval: Approval,
     /// `[tasks]`: long calls as tasks of the tasks extension.
     pub tasks: Tasks,
+    /// `[auth]`: who a request speaks for; OAuth at the edge.
+    pub auth: Auth,
 }
 
 impl Config {
@@ -121,6 +132,7 @@ impl Config {
             replay: Replay::from_raw(raw.replay)?,
             approval: Approval::from_raw(raw.approval)?,
             tasks: Tasks::from_raw(raw.tasks)?,
+            auth: Auth::from_raw(raw.auth)?,
         })
     }
 

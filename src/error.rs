@@ -160,6 +160,10 @@ pub(crate) enum ProxyError {
         /// The bound.
         limit: std::time::Duration,
     },
+    /// `[auth]` refused the request's token: 401 (none, or invalid), 403 (a scope it lacks) or
+    /// 503 (the authorization server cannot be asked), with the challenge.
+    #[error("{}", .0.message)]
+    Unauthenticated(Box<crate::auth::Refusal>),
     /// `Origin` not allowed (403).
     #[error("origin not allowed")]
     Forbidden,
@@ -214,6 +218,8 @@ impl ProxyError {
             Self::Overloaded(_) | Self::Internal(_) | Self::CallLost(_) | Self::TaskLost => {
                 Side::Internal
             }
+            Self::Unauthenticated(r) if r.status.is_server_error() => Side::Internal,
+            Self::Unauthenticated(_) => Side::Client,
         }
     }
 
@@ -235,6 +241,7 @@ impl ProxyError {
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Forbidden => StatusCode::FORBIDDEN,
+            Self::Unauthenticated(r) => r.status,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::Rpc(e) if e.code == protocol::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
             Self::Rpc(_) => StatusCode::OK,
@@ -254,6 +261,7 @@ impl ProxyError {
             | Self::BodyTooLarge { .. }
             | Self::BodyTimeout { .. }
             | Self::Forbidden
+            | Self::Unauthenticated(_)
             | Self::MethodNotAllowed => (protocol::INVALID_REQUEST, None),
             Self::HeaderMismatch(_) => (protocol::HEADER_MISMATCH, None),
             Self::UnsupportedVersion { requested } => (
@@ -320,6 +328,7 @@ impl ProxyError {
             }) => {
                 h.insert(header::WWW_AUTHENTICATE, c.clone());
             }
+            Self::Unauthenticated(r) => h.clone_from(&r.headers),
             _ => {}
         }
         h

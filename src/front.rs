@@ -27,18 +27,18 @@ use crate::rewrite::{self, RewriteCtx};
 mod approval;
 mod cors;
 mod listen;
-mod principal;
 mod relay;
 mod retry;
 mod start;
 mod tasks;
 mod validate;
+mod well_known;
 
-use principal::Principal;
-pub(crate) use relay::relay_same_path;
+use crate::auth::Principal;
 use retry::Resumed;
 use start::start_call;
 use validate::{ModernRequest, Route};
+pub(crate) use well_known::serve as well_known;
 
 /// Longest JSON-RPC id recorded in the request span (longer ones are left out).
 const MAX_LOGGED_ID_BYTES: usize = 64;
@@ -82,10 +82,16 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
     if *req.method() == Method::OPTIONS {
         return cors::preflight(origin, req.headers());
     }
-    let who = Principal::of(&app.config.upstream.principal_header, req.headers());
+    let who = match identify(&app, &req).await {
+        Ok(who) => who,
+        Err(refusal) => {
+            let e = ProxyError::Unauthenticated(refusal);
+            return with_cors(edge::fail(timer, &e, None), origin);
+        }
+    };
     let mut resp = match app.principals.enter(&who.digest) {
         // The permit rides on the body: a streamed answer holds it until it ends.
-        Some(permit) => answer(app, req, who, timer)
+        Some(permit) => answer(Arc::clone(&app), req, who, timer)
             .await
             .map(|b| permit.hold_through(b)),
         None => {
@@ -93,11 +99,28 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
             edge::fail(timer, &ProxyError::TooManyRequests, None)
         }
     };
-    // Every answer, refusals included, carries CORS headers so a browser client can read it.
+    // Pass-through: an upstream's challenge names the proxy's public metadata URL.
+    if resp.status() == StatusCode::UNAUTHORIZED || resp.status() == StatusCode::FORBIDDEN {
+        app.auth.rewrite_challenge(resp.headers_mut());
+    }
+    with_cors(resp, origin)
+}
+
+// Every answer, refusals included, carries CORS headers so a browser client can read it.
+fn with_cors(mut resp: Response<Body>, origin: Option<http::HeaderValue>) -> Response<Body> {
     if let Some(origin) = origin {
         cors::allow_origin(&mut resp, origin);
     }
     resp
+}
+
+// Who the request speaks for. A peer's probe carries no token: it is signed, and checked
+// where it is answered.
+async fn identify(app: &App, req: &Request<Incoming>) -> Result<Principal, Box<crate::auth::Refusal>> {
+    if *req.method() == Method::GET && req.headers().contains_key(cluster::PEER_HEADER) {
+        return Ok(Principal::anonymous());
+    }
+    app.auth.identify(req.headers()).await
 }
 
 // A legacy client in front of a stdio or HTTP+SSE upstream, which has nothing to relay it to:
@@ -183,11 +206,15 @@ async fn post(
             if !app.pool.relays_legacy_clients() {
                 return edge::fail(timer, &legacy_refused(&parts.headers, &bytes), None);
             }
+            if let Err(refusal) = app.auth.check_legacy_call(&who, &bytes) {
+                return edge::fail(timer, &ProxyError::Unauthenticated(refusal), None);
+            }
             if let Some(answer) = approval::intercept(&app, &parts.headers, &bytes, &who.digest) {
                 edge::settle(timer, Settled::with(metrics::Outcome::Complete));
                 return answer;
             }
-            let req = Request::from_parts(parts, body::full(bytes.clone()));
+            let mut req = Request::from_parts(parts, body::full(bytes.clone()));
+            app.auth.relay_headers(req.headers_mut(), &who);
             let resp = relay::relay(&app, req, timer).await;
             approval::observe_initialize(&app, &bytes, resp.headers());
             resp
@@ -299,6 +326,12 @@ async fn route(
         Route::Forward { input_capable } => input_capable && !retry_of_parked,
         Route::Discover => false,
     };
+    // Resource-server mode: a tool may need a scope the token lacks (403 with the challenge).
+    if req.method == "tools/call" {
+        app.auth
+            .check_tool(&who, req.target())
+            .map_err(ProxyError::Unauthenticated)?;
+    }
     // Draining: work that could outlive the grace goes to another replica; retries still reach
     // their parked calls here.
     if long_lived && app.is_draining() {
@@ -306,11 +339,11 @@ async fn route(
     }
     match req.route {
         Route::Discover => discover(app, &req, who).await.map(Routed::Answered),
-        Route::Tasks => match tasks::serve(app, &req, &who.digest, inbound).await? {
+        Route::Tasks => match tasks::serve(app, &req, &who, inbound).await? {
             tasks::Served::Here(resp) => Ok(Routed::Answered(resp)),
             tasks::Served::ByOwner(resp) => Ok(Routed::Forwarded(resp)),
         },
-        Route::Listen => listen::serve(app, req, who.digest, who.header)
+        Route::Listen => listen::serve(app, req, who.digest, who.credentials)
             .await
             .map(Routed::Answered),
         Route::Forward {
@@ -341,7 +374,7 @@ async fn discover(
 ) -> Result<Response<Body>, ProxyError> {
     let lease = app
         .pool
-        .lease(&who.digest, &req.capabilities, who.header)
+        .lease(&who.digest, &req.capabilities, &who.credentials)
         .await?;
     let session = lease.session();
     let ctx = RewriteCtx {

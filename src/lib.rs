@@ -21,6 +21,7 @@ pub mod app;
 #[doc(hidden)]
 pub mod benching;
 pub mod body;
+mod auth;
 mod call;
 pub mod cli;
 mod cluster;

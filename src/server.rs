@@ -394,11 +394,10 @@ async fn route(app: Arc<App>, req: Request<Incoming>, routes: Routes) -> Respons
         if path == app.config.server.mcp_path {
             return front::handle(app, req).await;
         }
-        if req.method() == Method::GET && path.starts_with("/.well-known/") && app.pool.has_origin()
-        {
+        if req.method() == Method::GET && path.starts_with("/.well-known/") {
             use http_body_util::BodyExt;
             let req = req.map(|b| b.map_err(Into::into).boxed());
-            return front::relay_same_path(&app, req).await;
+            return front::well_known(&app, req).await;
         }
         if !with_admin {
             return edge::text(StatusCode::NOT_FOUND, "not found\n");

@@ -6,6 +6,7 @@
 mod changes;
 mod client;
 mod connect;
+mod credentials;
 mod link;
 mod pool;
 mod session;
@@ -15,6 +16,7 @@ mod stream;
 
 pub(crate) use changes::Change;
 pub(crate) use client::UpstreamError;
+pub(crate) use credentials::Credentials;
 pub(crate) use pool::{Lease, SessionPool};
 pub(crate) use session::{ListenerPin, Session};
 pub(crate) use stream::{MessageStream, ResponseStream};

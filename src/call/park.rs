@@ -18,7 +18,7 @@ use crate::jsonrpc::{self, ErrorObject, Message};
 use crate::ops::metrics::Limit;
 use crate::protocol::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::state::random_id;
-use crate::upstream::{Session, UpstreamError};
+use crate::upstream::{Credentials, Session, UpstreamError};
 
 /// Bytes of randomness in a parked call's handle.
 const HANDLE_BYTES: usize = 16;
@@ -169,7 +169,7 @@ impl Call {
             }
             return;
         }
-        if let Err(e) = self.deliver_answers(&retry.answers).await {
+        if let Err(e) = self.deliver_answers(&retry.answers, &retry.credentials).await {
             return self.fail(e).await;
         }
         self.ctx.metrics.resumed(claimed.elapsed());
@@ -187,11 +187,17 @@ impl Call {
 
     /// The client's answers (a retry's, or a task's `tasks/update`): those of pending requests
     /// go upstream in order, and the call is sent again once the URL elicitations of a -32042
-    /// are all answered.
+    /// are all answered. They go with the credentials of the request that brought them (a
+    /// token refreshed since the first leg), as does all that follows.
     pub(super) async fn deliver_answers(
         &mut self,
         answers: &serde_json::Map<String, serde_json::Value>,
+        credentials: &Credentials,
     ) -> Result<(), ProxyError> {
+        self.spec.credentials = credentials.clone();
+        if let Some(session) = self.session() {
+            session.renew_credentials(credentials);
+        }
         let Answered {
             deliveries,
             reissue,

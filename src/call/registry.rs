@@ -18,6 +18,7 @@ use crate::error::ProxyError;
 use crate::input::Asked;
 use crate::limits::Quota;
 use crate::state::{Claims, TokenError};
+use crate::upstream::Credentials;
 
 /// A retry delivered to a parked call.
 #[derive(Debug)]
@@ -26,6 +27,8 @@ pub(crate) struct Retry {
     pub(crate) answers: Map<String, Value>,
     /// Where to send what comes next.
     pub(crate) leg: Leg,
+    /// What goes upstream for the principal from now on: the retry's own credentials.
+    pub(crate) credentials: Credentials,
     /// When the resumed call becomes a task, as the retry itself allows (a task is only ever
     /// returned to a request that declares the extension).
     pub(crate) task_after: Option<std::time::Duration>,

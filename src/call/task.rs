@@ -93,8 +93,8 @@ impl Call {
     /// What the client said through the task.
     pub(super) async fn on_control(&mut self, control: Option<Control>) {
         match control {
-            Some(Control::Answers(answers)) => {
-                if let Err(e) = self.deliver_answers(&answers).await {
+            Some(Control::Answers(answers, credentials)) => {
+                if let Err(e) = self.deliver_answers(&answers, &credentials).await {
                     self.fail(e).await;
                 }
             }

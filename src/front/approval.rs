@@ -13,10 +13,10 @@ use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc;
 
-use super::principal::Principal;
 use super::start::start_call;
 use super::validate::ModernRequest;
 use crate::app::App;
+use crate::auth::Principal;
 use crate::body::Body;
 use crate::call::LegEvent;
 use crate::config::ApprovalRule;

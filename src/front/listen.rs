@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderValue, Response};
+use http::Response;
 use serde_json::{json, Map, Value};
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio::sync::watch;
@@ -32,7 +32,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
 use crate::protocol::META_SUBSCRIPTION_ID;
 use crate::tasks::Tasks;
-use crate::upstream::{Change, ListenerPin, Session};
+use crate::upstream::{Change, Credentials, ListenerPin, Session};
 
 /// What a listen stream carries: the lists whose changes it relays and the resources it follows.
 #[derive(Debug, Default)]
@@ -67,14 +67,17 @@ pub(super) async fn serve(
     app: &Arc<App>,
     req: ModernRequest,
     principal: String,
-    auth: Option<(http::HeaderName, HeaderValue)>,
+    credentials: Credentials,
 ) -> Result<Response<Body>, ProxyError> {
     let Some(asked) = req.params.get("notifications").filter(|f| f.is_object()) else {
         return Err(ProxyError::InvalidParams(
             "subscriptions/listen needs a notifications object".into(),
         ));
     };
-    let lease = app.pool.lease(&principal, &req.capabilities, auth).await?;
+    let lease = app
+        .pool
+        .lease(&principal, &req.capabilities, &credentials)
+        .await?;
     let session = Arc::clone(lease.session());
     let mut filter = Filter::negotiate(asked, &session, app.config.upstream.timeout).await;
     if declares_tasks(&req.capabilities) {

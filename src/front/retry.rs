@@ -10,10 +10,10 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::approval::{self, Taken};
-use super::principal::Principal;
 use super::start::{open_leg, start_call, task_after};
 use super::validate::ModernRequest;
 use crate::app::App;
+use crate::auth::Principal;
 use crate::body::Body;
 use crate::call::{LegEvent, Retry};
 use crate::cluster::{self, Inbound};
@@ -68,6 +68,7 @@ pub(super) async fn retry(
                 tx.send(Retry {
                     answers,
                     leg,
+                    credentials: who.credentials.clone(),
                     task_after,
                 })
                 .await

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::principal::Principal;
 use super::validate::ModernRequest;
 use crate::app::App;
+use crate::auth::Principal;
 use crate::call::{self, CallSpec, Leg, LegEvent};
 use crate::config::TaskMode;
 use crate::protocol::TASKS_EXTENSION;
@@ -36,7 +36,7 @@ pub(super) fn start_call(
         capabilities: req.capabilities,
         input_capable,
         principal: who.digest,
-        auth: who.header,
+        credentials: who.credentials,
         replay_from,
         gated,
         task_after,

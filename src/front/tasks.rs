@@ -12,6 +12,7 @@ use serde_json::{json, Map, Value};
 use super::start::declares_tasks;
 use super::validate::ModernRequest;
 use crate::app::App;
+use crate::auth::Principal;
 use crate::body::Body;
 use crate::cluster::Inbound;
 use crate::edge;
@@ -31,9 +32,10 @@ pub(super) enum Served {
 pub(super) async fn serve(
     app: &Arc<App>,
     req: &ModernRequest,
-    principal: &str,
+    who: &Principal,
     inbound: Inbound<'_>,
 ) -> Result<Served, ProxyError> {
+    let principal = who.digest.as_str();
     if !app.config.tasks.enabled {
         return Err(ProxyError::MethodNotFound(req.method.clone()));
     }
@@ -69,7 +71,7 @@ pub(super) async fn serve(
                 }
                 None => &Map::new(),
             };
-            store.update(id, principal, answers)?;
+            store.update(id, principal, answers, &who.credentials)?;
             json!({ "resultType": "complete" })
         }
         _ => {

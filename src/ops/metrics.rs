@@ -12,14 +12,16 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::{Registry, Unit};
 
 mod approvals;
+mod auth;
 mod cluster;
 mod labels;
 mod tasks;
 
 pub(crate) use approvals::ApprovalMetrics;
+pub(crate) use auth::AuthMetrics;
 pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
-    AcceptFailure, Capability, Decision, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
+    AcceptFailure, AuthEndpoint, AuthRefusal, Capability, Decision, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
     TaskState, TokenRejection, UpstreamFailure,
 };
 use labels::{
@@ -73,6 +75,8 @@ pub(crate) struct Metrics {
     pub(crate) cluster: ClusterMetrics,
     /// The approval gate's decisions.
     pub(crate) approvals: ApprovalMetrics,
+    /// `[auth]`: refusals and requests to the authorization server.
+    pub(crate) auth: AuthMetrics,
     /// Tasks (the tasks extension).
     pub(crate) tasks: TaskMetrics,
     limits: Family<LimitLabel, Counter>,
@@ -128,6 +132,7 @@ impl Metrics {
             key_reloads: Family::default(),
             cluster: ClusterMetrics::default(),
             approvals: ApprovalMetrics::default(),
+            auth: AuthMetrics::default(),
             tasks: TaskMetrics::default(),
             limits: Family::default(),
             accept_errors: Family::default(),
@@ -216,6 +221,7 @@ impl Metrics {
         );
         self.cluster.register(&mut self.registry);
         self.approvals.register(&mut self.registry);
+        self.auth.register(&mut self.registry);
         self.tasks.register(&mut self.registry);
         self.register_gauges();
     }

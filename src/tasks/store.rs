@@ -23,6 +23,7 @@ use crate::jsonrpc::ErrorObject;
 use crate::limits::Quota;
 use crate::ops::metrics::{Metrics, TaskState};
 use crate::state::random_id;
+use crate::upstream::Credentials;
 
 /// What one task is charged besides its params and its result: its record, its actor (the call
 /// it runs), the inputs it asks.
@@ -37,8 +38,9 @@ const CHANGES_BUFFER: usize = 256;
 /// What the client tells a running task, through the front.
 #[derive(Debug)]
 pub(crate) enum Control {
-    /// `tasks/update`: answers to outstanding requests, each checked against what it answers.
-    Answers(Map<String, Value>),
+    /// `tasks/update`: answers to outstanding requests, each checked against what it answers,
+    /// and what goes upstream with them (the update's own credentials).
+    Answers(Map<String, Value>, Credentials),
     /// `tasks/cancel`.
     Cancel,
 }
@@ -197,6 +199,7 @@ impl Tasks {
         id: &str,
         principal: &str,
         answers: &Map<String, Value>,
+        credentials: &Credentials,
     ) -> Result<(), ProxyError> {
         let entry = self.entry(id, principal)?;
         // A place in the actor's queue first: once answers are taken off the list, they must
@@ -228,7 +231,7 @@ impl Tasks {
             taken
         };
         self.changed(id);
-        slot.send(Control::Answers(taken));
+        slot.send(Control::Answers(taken, credentials.clone()));
         Ok(())
     }
 

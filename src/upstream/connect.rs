@@ -105,7 +105,7 @@ impl Connector {
             return outcome;
         }
         if self.detected.load(Ordering::Relaxed) == SSE {
-            let link = sse_session::open(client, params.auth.clone()).await?;
+            let link = sse_session::open(client, Arc::clone(&params.credentials)).await?;
             return Session::over_link(client.clone(), link, params, permit).await;
         }
         match Session::handshake(client, &params).await {
@@ -114,7 +114,7 @@ impl Connector {
                 Session::start(client.clone(), hs, params, permit).await
             }
             Err(e) if self.may_fall_back(&e) => {
-                let link = match sse_session::open(client, params.auth.clone()).await {
+                let link = match sse_session::open(client, Arc::clone(&params.credentials)).await {
                     Ok(link) => link,
                     Err(get) => {
                         return Err(UpstreamError::Protocol(format!(

@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use http::HeaderValue;
 use serde_json::Value;
 use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -18,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use super::changes::{Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
+use super::credentials::{Credentials, LiveCredentials};
 use super::session::{legacy_capabilities, Session, SessionParams};
 use crate::config::{self, UpstreamTransport};
 
@@ -177,7 +177,7 @@ impl SessionPool {
         self: &Arc<Self>,
         principal: &str,
         capabilities: &Value,
-        auth: Option<(http::HeaderName, HeaderValue)>,
+        credentials: &Credentials,
     ) -> Result<Lease, UpstreamError> {
         let legacy = legacy_capabilities(capabilities);
         let key = PoolKey {
@@ -187,6 +187,7 @@ impl SessionPool {
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         let permit = match self.acquire(&key).await? {
             Acquired::Idle(session) => {
+                session.renew_credentials(credentials);
                 return Ok(Lease {
                     session,
                     key,
@@ -198,7 +199,7 @@ impl SessionPool {
         };
         let params = SessionParams {
             capabilities: legacy,
-            auth,
+            credentials: LiveCredentials::new(credentials.clone()),
             protocol_version: self.protocol_version.clone(),
             default_roots: Arc::clone(&self.default_roots),
             changes: ChangeFeed {
@@ -275,7 +276,7 @@ impl SessionPool {
     /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
     pub(crate) async fn probe(self: &Arc<Self>) -> bool {
         match self
-            .lease("", &Value::Object(Default::default()), None)
+            .lease("", &Value::Object(Default::default()), &Credentials::default())
             .await
         {
             Ok(mut lease) => {

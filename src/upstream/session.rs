@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::changes::{is_change, Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
+use super::credentials::{Credentials, LiveCredentials};
 use super::link::{Link, Owner, SinkFuture};
 use super::stream::MessageStream;
 use crate::body;
@@ -39,7 +40,7 @@ pub(crate) struct Session {
     id: Option<HeaderValue>,
     version: String,
     init_result: Value,
-    auth: Option<(http::HeaderName, HeaderValue)>,
+    credentials: Arc<LiveCredentials>,
     next_id: AtomicI64,
     inbox: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
     changes: ChangeFeed,
@@ -161,7 +162,7 @@ impl Session {
             id,
             version,
             init_result: result,
-            auth: params.auth,
+            credentials: params.credentials,
             next_id: AtomicI64::new(1),
             inbox: Mutex::new(None),
             changes: params.changes,
@@ -182,8 +183,14 @@ impl Session {
             method,
             self.id.as_ref(),
             Some(&self.version),
-            self.auth.as_ref(),
+            &self.credentials.current(),
         )
+    }
+
+    /// A leg of the session's principal brought `newer` credentials (a refreshed token):
+    /// the session's next requests carry them.
+    pub(crate) fn renew_credentials(&self, newer: &Credentials) {
+        self.credentials.renew(newer);
     }
 
     /// The upstream's `InitializeResult`.

@@ -9,10 +9,11 @@
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use http::{header, HeaderName, HeaderValue, Method, Request, Uri};
+use http::{header, Method, Request, Uri};
 use http_body_util::BodyExt;
 
 use super::client::{UpstreamClient, UpstreamError};
+use super::credentials::LiveCredentials;
 use super::link::{Link, Sink, SinkFuture};
 use crate::body;
 use crate::sse::{Event, SseDecoder};
@@ -22,7 +23,7 @@ use crate::sse::{Event, SseDecoder};
 pub(crate) struct SseSink {
     client: UpstreamClient,
     endpoint: Uri,
-    auth: Option<(HeaderName, HeaderValue)>,
+    credentials: Arc<LiveCredentials>,
 }
 
 impl Sink for SseSink {
@@ -39,14 +40,14 @@ impl Sink for SseSink {
 impl SseSink {
     // POSTs one message to the session's endpoint; the answer (202, no body) is drained.
     async fn post(&self, message: Vec<u8>) -> Result<(), UpstreamError> {
-        let mut req = Request::builder()
+        let req = Request::builder()
             .method(Method::POST)
             .uri(self.endpoint.clone())
             .header(header::CONTENT_TYPE, "application/json");
-        if let Some((name, value)) = &self.auth {
-            req = req.header(name.clone(), value.clone());
-        }
-        let req = req
+        let req = self
+            .credentials
+            .current()
+            .apply(req)
             .body(body::full(message))
             .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
         let resp = self.client.send(req).await?;
@@ -71,16 +72,15 @@ impl SseSink {
 /// before its endpoint, or names an endpoint on another origin.
 pub(crate) async fn open(
     client: &UpstreamClient,
-    auth: Option<(HeaderName, HeaderValue)>,
+    credentials: Arc<LiveCredentials>,
 ) -> Result<Arc<Link>, UpstreamError> {
-    let mut req = Request::builder()
+    let req = Request::builder()
         .method(Method::GET)
         .uri(client.uri().clone())
         .header(header::ACCEPT, "text/event-stream");
-    if let Some((name, value)) = &auth {
-        req = req.header(name.clone(), value.clone());
-    }
-    let req = req
+    let req = credentials
+        .current()
+        .apply(req)
         .body(body::empty())
         .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
     let resp = client.send(req).await?;
@@ -109,7 +109,7 @@ pub(crate) async fn open(
     let link = Link::new(Box::new(SseSink {
         client: client.clone(),
         endpoint,
-        auth,
+        credentials,
     }));
     link.track(tokio::spawn(read_events(Arc::downgrade(&link), reader)));
     Ok(link)

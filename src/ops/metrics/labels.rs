@@ -240,6 +240,40 @@ impl AcceptFailure {
 }
 
 label_values! {
+    /// Why `[auth]` refused a request.
+    AuthRefusal {
+        /// Resource-server mode, no token: 401.
+        Missing => "missing",
+        /// A token that does not verify (bad, expired, another audience, unknown key): 401.
+        Invalid => "invalid",
+        /// A tool's scope the token lacks: 403.
+        Scope => "insufficient_scope",
+        /// The authorization server could not be asked: 503.
+        Unavailable => "unavailable",
+    }
+}
+
+label_values! {
+    /// An endpoint of the authorization server.
+    AuthEndpoint {
+        /// The JWK set.
+        Jwks => "jwks",
+        /// The RFC 7662 introspection endpoint.
+        Introspection => "introspection",
+    }
+}
+
+label_values! {
+    /// How a request to the authorization server went.
+    FetchResult {
+        /// A usable answer.
+        Ok => "ok",
+        /// None: unreachable, timed out, an error status, not JSON.
+        Error => "error",
+    }
+}
+
+label_values! {
     /// What the approval gate decided for a call of a gated tool.
     Decision {
         /// The person was asked (an `input_required` round went out).
@@ -328,6 +362,17 @@ label_values! {
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct TaskStateLabel {
     pub(super) status: TaskState,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct AuthRefusalLabel {
+    pub(super) reason: AuthRefusal,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct AuthFetchLabels {
+    pub(super) endpoint: AuthEndpoint,
+    pub(super) result: FetchResult,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]

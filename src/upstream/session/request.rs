@@ -99,6 +99,7 @@ mod tests {
     use super::*;
     use crate::upstream::changes::ChangeFeed;
     use crate::upstream::client::UpstreamClient;
+    use crate::upstream::credentials::{Credentials, LiveCredentials};
     use crate::upstream::session::SessionParams;
 
     // An upstream on loopback that answers each POST with `answer(request)`: an SSE body of
@@ -123,7 +124,7 @@ mod tests {
         let client = UpstreamClient::new(uri, Duration::from_secs(5), 1 << 20, 4);
         let params = SessionParams {
             capabilities: json!({}),
-            auth: None,
+            credentials: LiveCredentials::new(Credentials::default()),
             protocol_version: "2025-06-18".into(),
             default_roots: Arc::new(Vec::new()),
             changes: ChangeFeed {

@@ -11,6 +11,7 @@ use crate::jsonrpc::{self, Kind, Message};
 use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 use crate::upstream::changes::ChangeFeed;
 use crate::upstream::client::{UpstreamClient, UpstreamError};
+use crate::upstream::credentials::{Credentials, LiveCredentials};
 use crate::upstream::link::Link;
 use crate::upstream::stream::MessageStream;
 
@@ -26,8 +27,9 @@ pub(crate) struct Handshake {
 pub(crate) struct SessionParams {
     /// Capabilities declared upstream (legacy shape).
     pub(crate) capabilities: Value,
-    /// Principal header forwarded unchanged.
-    pub(crate) auth: Option<(http::HeaderName, HeaderValue)>,
+    /// What speaks for the principal upstream; shared with the session (and its link), which
+    /// keeps the newest a leg brought.
+    pub(crate) credentials: Arc<LiveCredentials>,
     /// Protocol version to ask for.
     pub(crate) protocol_version: String,
     /// Answer to unattributed `roots/list`.
@@ -43,7 +45,7 @@ pub(super) async fn handshake(
 ) -> Result<(Option<HeaderValue>, Value), UpstreamError> {
     let init = init_params(params);
     let body = jsonrpc::request_bytes(0, "initialize", jsonrpc::raw(&init).as_deref());
-    let req = base_request(client, Method::POST, None, None, params.auth.as_ref())
+    let req = base_request(client, Method::POST, None, None, &params.credentials.current())
         .body(body::full(body))
         .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
     let resp = client.send(req).await?;
@@ -97,7 +99,7 @@ pub(super) fn base_request(
     method: Method,
     session: Option<&HeaderValue>,
     version: Option<&str>,
-    auth: Option<&(http::HeaderName, HeaderValue)>,
+    credentials: &Credentials,
 ) -> http::request::Builder {
     let mut b = Request::builder()
         .method(method.clone())
@@ -112,10 +114,7 @@ pub(super) fn base_request(
     if let Some(v) = version {
         b = b.header(VERSION_HEADER, v);
     }
-    if let Some((name, value)) = auth {
-        b = b.header(name.clone(), value.clone());
-    }
-    b
+    credentials.apply(b)
 }
 
 pub(super) async fn drain(
