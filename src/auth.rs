@@ -175,9 +175,9 @@ impl Authenticator {
     }
 
     fn principal_of(&self, v: Verified, authorization: &HeaderValue) -> Principal {
-        let digest = principal_digest(Some(
-            format!("verified\0{}\0{}", v.issuer, v.subject).as_bytes(),
-        ));
+        // The issuer's length first: no pair of issuer and subject reads as another.
+        let named = format!("verified\0{}\0{}\0{}", v.issuer.len(), v.issuer, v.subject);
+        let digest = principal_digest(Some(named.as_bytes()));
         let mut headers = Vec::new();
         if !self.cfg.require || self.cfg.forward_authorization {
             headers.push((AUTHORIZATION, authorization.clone()));
@@ -296,6 +296,17 @@ impl Authenticator {
         }
         for (name, value) in who.credentials.headers() {
             headers.insert(name.clone(), value.clone());
+        }
+    }
+
+    /// A request relayed for no principal (a `/.well-known/` document): in resource-server mode
+    /// it carries neither the client's token (unless `forward_authorization`) nor a subject.
+    pub(crate) fn scrub(&self, headers: &mut HeaderMap) {
+        if let Some(name) = &self.cfg.subject_header {
+            headers.remove(name);
+        }
+        if self.cfg.require && !self.cfg.forward_authorization {
+            headers.remove(AUTHORIZATION);
         }
     }
 

@@ -18,7 +18,7 @@ use crate::edge;
 const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 /// Answers a GET under `/.well-known/`.
-pub(crate) async fn serve(app: &App, req: Request<Body>) -> Response<Body> {
+pub(crate) async fn serve(app: &App, mut req: Request<Body>) -> Response<Body> {
     let auth = app.auth.config();
     let is_metadata = metadata::is_metadata_path(
         req.uri().path(),
@@ -38,7 +38,10 @@ pub(crate) async fn serve(app: &App, req: Request<Body>) -> Response<Body> {
     }
     match (&auth.resource, is_metadata) {
         (Some(public), true) => relayed_metadata(app, public).await,
-        _ => relay::relay_same_path(app, req).await,
+        _ => {
+            app.auth.scrub(req.headers_mut());
+            relay::relay_same_path(app, req).await
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 
 mod approval;
 mod architecture;
+mod auth;
 mod cluster;
 mod config_docs;
 // Reads CPU time from /proc.

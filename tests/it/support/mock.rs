@@ -58,7 +58,11 @@ struct State {
     scripts: Mutex<HashMap<String, Vec<Vec<Step>>>>,
     calls: Mutex<HashMap<String, usize>>,
     posted: Mutex<Vec<Value>>,
+    // The request headers of each POSTed message (same order as `posted`).
+    posted_headers: Mutex<Vec<(Value, http::HeaderMap)>>,
     paths: Mutex<Vec<String>>,
+    // Method, path and headers of every request (GET streams and DELETEs included).
+    requests: Mutex<Vec<(Method, String, http::HeaderMap)>>,
     // (session, message) of every answer to a server request, for `Step::Await`.
     answers: Mutex<Vec<(String, Value)>>,
     deleted: Mutex<Vec<String>>,
@@ -179,6 +183,16 @@ impl Mock {
         self.state.posted.lock().unwrap().clone()
     }
 
+    /// Method, path and headers of every request the mock got, in order.
+    pub fn requests(&self) -> Vec<(Method, String, http::HeaderMap)> {
+        self.state.requests.lock().unwrap().clone()
+    }
+
+    /// Every POSTed message with the request headers it came with, in order.
+    pub fn posted_with_headers(&self) -> Vec<(Value, http::HeaderMap)> {
+        self.state.posted_headers.lock().unwrap().clone()
+    }
+
     pub fn initialized(&self) -> Vec<Value> {
         self.state.initialized.lock().unwrap().clone()
     }
@@ -280,6 +294,11 @@ impl Drop for Mock {
 
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     st.paths.lock().unwrap().push(req.uri().path().to_owned());
+    st.requests.lock().unwrap().push((
+        req.method().clone(),
+        req.uri().path().to_owned(),
+        req.headers().clone(),
+    ));
     if req.uri().path() == "/.well-known/oauth-protected-resource/mcp" {
         let mut r = Response::new(full(
             json!({"resource":"http://mock/mcp","authorization_servers":["http://auth.example"]})
@@ -340,8 +359,13 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
             status(StatusCode::OK)
         }
         Method::POST => {
+            let headers = req.headers().clone();
             let bytes = req.into_body().collect().await.unwrap().to_bytes();
             let msg: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            st.posted_headers
+                .lock()
+                .unwrap()
+                .push((msg.clone(), headers));
             st.posted.lock().unwrap().push(msg.clone());
             st.changed.notify_waiters();
             post(st, sid, known, msg).await
