@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{AuthSetupError, Authenticator};
+use crate::bridge::Bridge;
 use crate::call::{CallContext, Gather, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::Config;
@@ -58,6 +59,37 @@ pub struct App {
     pub(crate) legacy: LegacySessions,
     /// Who each request speaks for (`[auth]`).
     pub(crate) auth: Authenticator,
+    /// Legacy clients' own upstream sessions, in front of a stdio or HTTP+SSE upstream.
+    pub(crate) bridge: Bridge,
+}
+
+// What every call actor shares.
+fn call_context(
+    config: &Config,
+    pool: &Arc<SessionPool>,
+    tokens: &Arc<TokenCodec>,
+    metrics: &Arc<Metrics>,
+    shutdown: &watch::Sender<bool>,
+) -> Arc<CallContext> {
+    Arc::new(CallContext {
+        pool: Arc::clone(pool),
+        parked: ParkedCalls::new(config.state.parked, config.state.ttl),
+        tokens: Arc::clone(tokens),
+        metrics: Arc::clone(metrics),
+        shutdown: shutdown.subscribe(),
+        actors: TaskTracker::new(),
+        tasks: Tasks::new(
+            config.tasks.clone(),
+            tokens.issuer().to_owned(),
+            Arc::clone(metrics),
+        ),
+        gather: Gather::new(config.state.gather),
+        sse_idle_timeout: config.upstream.sse_idle_timeout,
+        max_input_requests: config.state.max_input_requests,
+        results: config.results,
+        replay: config.replay.clone(),
+        tool_hints: Default::default(),
+    })
 }
 
 // The configured key set, or a generated signing key when none is configured.
@@ -105,25 +137,7 @@ impl App {
         let shutdown = watch::channel(false).0;
         let draining = watch::channel(false).0;
         let tokens = Arc::new(TokenCodec::new(keys, issuer, config.state.ttl));
-        let calls = Arc::new(CallContext {
-            pool: Arc::clone(&pool),
-            parked: ParkedCalls::new(config.state.parked, config.state.ttl),
-            tokens: Arc::clone(&tokens),
-            metrics: Arc::clone(&metrics),
-            shutdown: shutdown.subscribe(),
-            actors: TaskTracker::new(),
-            tasks: Tasks::new(
-                config.tasks.clone(),
-                tokens.issuer().to_owned(),
-                Arc::clone(&metrics),
-            ),
-            gather: Gather::new(config.state.gather),
-            sse_idle_timeout: config.upstream.sse_idle_timeout,
-            max_input_requests: config.state.max_input_requests,
-            results: config.results,
-            replay: config.replay.clone(),
-            tool_hints: Default::default(),
-        });
+        let calls = call_context(&config, &pool, &tokens, &metrics, &shutdown);
         Ok(Arc::new(Self {
             principals: PrincipalGate::new(config.server.limits.max_requests_per_principal),
             peers: Peers::new(
@@ -135,6 +149,10 @@ impl App {
             replays: SpentTokens::new(config.state.ttl),
             approvals: SpentTokens::new(config.state.ttl),
             legacy: LegacySessions::new(config.pool.idle_timeout),
+            bridge: Bridge::new(
+                config.server.legacy_session_idle,
+                config.server.max_legacy_sessions_per_principal,
+            ),
             tokens,
             auth,
             config,

@@ -229,6 +229,18 @@ impl SseWriter {
             .map_err(|_| ClientGone)
     }
 
+    /// Sends one event named `event` (the `endpoint` of a 2024-11-05 HTTP+SSE stream).
+    ///
+    /// # Errors
+    /// [`ClientGone`] once the client closed the stream.
+    pub(crate) async fn send_event(&mut self, event: &str, data: &str) -> Result<(), ClientGone> {
+        let text = format!("event: {event}\ndata: {data}\n\n");
+        self.tx
+            .send(Bytes::from(text))
+            .await
+            .map_err(|_| ClientGone)
+    }
+
     /// Waits for `next`, sending keep-alive comments meanwhile.
     ///
     /// # Errors

@@ -25,10 +25,12 @@ use crate::protocol::{MODERN_VERSION, SESSION_HEADER, TASKS_EXTENSION, VERSION_H
 use crate::rewrite::{self, RewriteCtx};
 
 mod approval;
+mod bridge;
 mod cors;
 mod listen;
 mod relay;
 mod retry;
+mod sse_client;
 mod start;
 mod tasks;
 mod validate;
@@ -116,26 +118,14 @@ fn with_cors(mut resp: Response<Body>, origin: Option<http::HeaderValue>) -> Res
 
 // Who the request speaks for. A peer's probe carries no token: it is signed, and checked
 // where it is answered.
-async fn identify(app: &App, req: &Request<Incoming>) -> Result<Principal, Box<crate::auth::Refusal>> {
+async fn identify(
+    app: &App,
+    req: &Request<Incoming>,
+) -> Result<Principal, Box<crate::auth::Refusal>> {
     if *req.method() == Method::GET && req.headers().contains_key(cluster::PEER_HEADER) {
         return Ok(Principal::anonymous());
     }
     app.auth.identify(req.headers()).await
-}
-
-// A legacy client in front of a stdio or HTTP+SSE upstream, which has nothing to relay it to:
-// the error a modern-only server gives, naming the version it asked for and the one it can have.
-fn legacy_refused(headers: &http::HeaderMap, body: &[u8]) -> ProxyError {
-    let from_body = serde_json::from_slice::<serde_json::Value>(body)
-        .ok()
-        .and_then(|v| v["params"]["protocolVersion"].as_str().map(str::to_owned));
-    let from_header = headers
-        .get(crate::protocol::VERSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    ProxyError::UnsupportedVersion {
-        requested: from_body.or(from_header).unwrap_or_default(),
-    }
 }
 
 // Routes by HTTP method: POST (modern or legacy), a legacy GET stream or DELETE, else 405.
@@ -146,6 +136,10 @@ async fn answer(
     mut timer: RequestTimer,
 ) -> Response<Body> {
     let has_session = req.headers().contains_key(SESSION_HEADER);
+    let path = req.uri().path();
+    if path != app.config.server.mcp_path {
+        return sse_transport(app, req, who, timer).await;
+    }
     match *req.method() {
         Method::POST => post(app, req, who, timer).await,
         // A peer asking which instance this is (see `cluster`).
@@ -155,13 +149,18 @@ async fn answer(
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
             timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
-            if !app.pool.relays_legacy_clients() {
-                return edge::fail(timer, &legacy_refused(req.headers(), b""), None);
-            }
             if req.method() == Method::DELETE {
                 approval::forget_session(&app, req.headers());
             }
-            relay::relay(&app, req.map(|b| b.map_err(Into::into).boxed()), timer).await
+            if !app.pool.relays_legacy_clients() {
+                return match *req.method() {
+                    Method::GET => bridge::get(&app, req.headers(), &who, timer),
+                    _ => bridge::delete(&app, req.headers(), &who, timer).await,
+                };
+            }
+            let mut req = req.map(|b| b.map_err(Into::into).boxed());
+            app.auth.relay_headers(req.headers_mut(), &who);
+            relay::relay(&app, req, timer).await
         }
         _ => {
             let mut r = edge::fail(timer, &ProxyError::MethodNotAllowed, None);
@@ -172,6 +171,45 @@ async fn answer(
     }
 }
 
+// The 2024-11-05 HTTP+SSE transport: its stream (GET) and its messages (POST).
+async fn sse_transport(
+    app: Arc<App>,
+    req: Request<Incoming>,
+    who: Principal,
+    mut timer: RequestTimer,
+) -> Response<Body> {
+    timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
+    let is_stream = req.uri().path() == app.config.server.sse_path;
+    match (req.method(), is_stream) {
+        (&Method::GET, true) => sse_client::open(&app, &who, timer),
+        (&Method::POST, false) => {
+            let query = req.uri().query().map(str::to_owned);
+            match read_body(&app, req.into_body()).await {
+                Ok(bytes) => sse_client::post(&app, query.as_deref(), &bytes, &who, timer).await,
+                Err(e) => edge::fail(timer, &e, None),
+            }
+        }
+        _ => {
+            let mut r = edge::fail(timer, &ProxyError::MethodNotAllowed, None);
+            let allow = if is_stream { "GET" } else { "POST" };
+            r.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(allow));
+            r
+        }
+    }
+}
+
+// A request body, within `server.max_body` and `server.body_read_timeout`.
+async fn read_body(app: &App, body: Incoming) -> Result<Bytes, ProxyError> {
+    let limit = app.config.server.max_body_bytes;
+    let deadline = app.config.server.body_read_timeout;
+    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+        Ok(Err(_)) => Err(ProxyError::BodyTooLarge { limit }),
+        Err(_) => Err(ProxyError::BodyTimeout { limit: deadline }),
+    }
+}
+
 async fn post(
     app: Arc<App>,
     req: Request<Incoming>,
@@ -179,15 +217,9 @@ async fn post(
     mut timer: RequestTimer,
 ) -> Response<Body> {
     let (parts, body) = req.into_parts();
-    let limit = app.config.server.max_body_bytes;
-    let deadline = app.config.server.body_read_timeout;
-    let bytes = match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(_)) => return edge::fail(timer, &ProxyError::BodyTooLarge { limit }, None),
-        Err(_) => {
-            let err = ProxyError::BodyTimeout { limit: deadline };
-            return edge::fail(timer, &err, None);
-        }
+    let bytes = match read_body(&app, body).await {
+        Ok(b) => b,
+        Err(e) => return edge::fail(timer, &e, None),
     };
     let forwarded = match parts.headers.get(cluster::PEER_HEADER) {
         None => false,
@@ -203,15 +235,18 @@ async fn post(
         Ok(Classified::Modern(msg)) => modern(app, inbound, (msg, who), timer).await,
         Ok(Classified::Legacy) => {
             timer.label(Era::Legacy, metrics::Method::HttpPost);
-            if !app.pool.relays_legacy_clients() {
-                return edge::fail(timer, &legacy_refused(&parts.headers, &bytes), None);
-            }
             if let Err(refusal) = app.auth.check_legacy_call(&who, &bytes) {
                 return edge::fail(timer, &ProxyError::Unauthenticated(refusal), None);
             }
             if let Some(answer) = approval::intercept(&app, &parts.headers, &bytes, &who.digest) {
                 edge::settle(timer, Settled::with(metrics::Outcome::Complete));
                 return answer;
+            }
+            // No Streamable HTTP upstream to relay to (stdio, HTTP+SSE): the proxy serves it.
+            if !app.pool.relays_legacy_clients() {
+                let resp = bridge::post(&app, &parts.headers, &bytes, &who, timer).await;
+                approval::observe_initialize(&app, &bytes, resp.headers());
+                return resp;
             }
             let mut req = Request::from_parts(parts, body::full(bytes.clone()));
             app.auth.relay_headers(req.headers_mut(), &who);

@@ -22,6 +22,7 @@ pub mod app;
 pub mod benching;
 pub mod body;
 mod auth;
+mod bridge;
 mod call;
 pub mod cli;
 mod cluster;

@@ -209,6 +209,8 @@ impl Serving {
         }
         conns.close_all();
         let _ = tokio::time::timeout(CONNECTION_CLOSE_TIMEOUT, conns.all_closed()).await;
+        // Legacy clients' own sessions: children stopped and reaped.
+        let _ = tokio::time::timeout(cancel, app.bridge.close_all()).await;
         app.pool.close_all(cancel).await;
         tracing::info!("shut down");
     }
@@ -391,7 +393,8 @@ impl Accepted {
 async fn route(app: Arc<App>, req: Request<Incoming>, routes: Routes) -> Response<Body> {
     let path = req.uri().path();
     if let Routes::Main { with_admin } = routes {
-        if path == app.config.server.mcp_path {
+        let server = &app.config.server;
+        if path == server.mcp_path || path == server.sse_path || path == server.sse_messages_path {
             return front::handle(app, req).await;
         }
         if req.method() == Method::GET && path.starts_with("/.well-known/") {
@@ -482,6 +485,10 @@ async fn background(app: Arc<App>) {
                 app.replays.sweep();
                 app.approvals.sweep();
                 app.legacy.sweep();
+                let ended = app.bridge.reap_idle().await;
+                if ended > 0 {
+                    tracing::debug!(ended, "ended idle legacy client sessions");
+                }
             }
             _ = health.tick() => {
                 if !app.pool.check_health().await {

@@ -44,6 +44,14 @@ pub struct RawServer {
     pub shutdown_grace: Option<String>,
     /// `shutdown_cancel_timeout`
     pub shutdown_cancel_timeout: Option<String>,
+    /// `legacy_session_idle`
+    pub legacy_session_idle: Option<String>,
+    /// `sse_path`
+    pub sse_path: Option<String>,
+    /// `sse_messages_path`
+    pub sse_messages_path: Option<String>,
+    /// `max_legacy_sessions_per_principal`
+    pub max_legacy_sessions_per_principal: Option<usize>,
 }
 
 /// `[server]`, validated.
@@ -73,6 +81,15 @@ pub struct Server {
     pub shutdown_cancel_timeout: Duration,
     /// Bounds on what one client may send or hold open.
     pub limits: ClientLimits,
+    /// A legacy client's own upstream session (in front of a stdio or HTTP+SSE upstream) ends
+    /// after this long without a request or an open stream.
+    pub legacy_session_idle: Duration,
+    /// Such sessions one principal may hold at once.
+    pub max_legacy_sessions_per_principal: usize,
+    /// Where a 2024-11-05 HTTP+SSE client opens its stream (`GET`).
+    pub sse_path: String,
+    /// Where it POSTs its messages (`?sessionId=`, announced by the `endpoint` event).
+    pub sse_messages_path: String,
 }
 
 /// Bounds on one client's requests.
@@ -89,9 +106,15 @@ pub struct ClientLimits {
 impl Server {
     pub(super) fn from_raw(s: RawServer) -> Result<Self, ConfigError> {
         let listen = s.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
-        Ok(Self {
+        let server = Self {
             listen: listen.parse().map_err(|e| invalid("server.listen", e))?,
-            mcp_path: mcp_path(s.mcp_path.as_deref())?,
+            mcp_path: path("server.mcp_path", s.mcp_path.as_deref(), "/mcp")?,
+            sse_path: path("server.sse_path", s.sse_path.as_deref(), "/sse")?,
+            sse_messages_path: path(
+                "server.sse_messages_path",
+                s.sse_messages_path.as_deref(),
+                "/messages",
+            )?,
             max_body_bytes: size("server.max_body", s.max_body.as_deref(), "4MiB")?,
             keepalive: nonzero_duration("server.keepalive", s.keepalive.as_deref(), "15s")?,
             max_connections: positive("server.max_connections", s.max_connections, 1024)?,
@@ -112,8 +135,30 @@ impl Server {
                 "5s",
             )?,
             limits: ClientLimits::from_raw(&s)?,
+            legacy_session_idle: nonzero_duration(
+                "server.legacy_session_idle",
+                s.legacy_session_idle.as_deref(),
+                "10m",
+            )?,
+            max_legacy_sessions_per_principal: positive(
+                "server.max_legacy_sessions_per_principal",
+                s.max_legacy_sessions_per_principal,
+                16,
+            )?,
             allowed_origins: s.allowed_origins,
-        })
+        };
+        let paths = [
+            &server.mcp_path,
+            &server.sse_path,
+            &server.sse_messages_path,
+        ];
+        if paths[0] == paths[1] || paths[0] == paths[2] || paths[1] == paths[2] {
+            return Err(invalid(
+                "server.sse_path",
+                "mcp_path, sse_path and sse_messages_path must differ",
+            ));
+        }
+        Ok(server)
     }
 }
 
@@ -142,10 +187,10 @@ impl ClientLimits {
     }
 }
 
-fn mcp_path(raw: Option<&str>) -> Result<String, ConfigError> {
-    let path = raw.unwrap_or("/mcp");
-    if !path.starts_with('/') {
-        return Err(invalid("server.mcp_path", "must start with '/'"));
+fn path(key: &'static str, raw: Option<&str>, default: &str) -> Result<String, ConfigError> {
+    let path = raw.unwrap_or(default);
+    if !path.starts_with('/') || path.contains(['?', '#']) {
+        return Err(invalid(key, "must be a path starting with '/'"));
     }
     Ok(path.to_owned())
 }

@@ -11,6 +11,8 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 
 use super::client::{UpstreamClient, UpstreamError};
+use super::credentials::LiveCredentials;
+use super::link::Link;
 use super::session::{Session, SessionParams};
 use super::{sse_session, stdio};
 use crate::config::UpstreamTransport;
@@ -131,6 +133,26 @@ impl Connector {
             }
             Err(e) => Err(e),
         }
+    }
+
+    /// Opens the transport of a stdio or HTTP+SSE upstream without a handshake: a legacy
+    /// client's own session (`upstream::own`) runs the client's.
+    ///
+    /// # Errors
+    /// The transport's; [`UpstreamError::Starting`] as [`Connector::open`].
+    pub(crate) async fn open_link(
+        &self,
+        client: &UpstreamClient,
+        credentials: Arc<LiveCredentials>,
+        deadline: Instant,
+    ) -> Result<Arc<Link>, UpstreamError> {
+        if let UpstreamTransport::Stdio(cmd) = &self.transport {
+            self.wait_backoff(deadline).await?;
+            let link = stdio::spawn(cmd, client.max_event_bytes(), client.timeout());
+            self.record(link.as_ref().err());
+            return link;
+        }
+        sse_session::open(client, credentials).await
     }
 
     // With `auto`, unless Streamable HTTP worked before: a 4xx other than a refusal of credentials

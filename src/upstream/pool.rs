@@ -193,7 +193,7 @@ impl SessionPool {
                     key,
                     pool: Arc::clone(self),
                     reusable: true,
-                })
+                });
             }
             Acquired::Permit(p) => p,
         };
@@ -276,7 +276,11 @@ impl SessionPool {
     /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
     pub(crate) async fn probe(self: &Arc<Self>) -> bool {
         match self
-            .lease("", &Value::Object(Default::default()), &Credentials::default())
+            .lease(
+                "",
+                &Value::Object(Default::default()),
+                &Credentials::default(),
+            )
             .await
         {
             Ok(mut lease) => {
@@ -394,6 +398,26 @@ impl SessionPool {
         if let Some(s) = victim {
             s.close().await;
         }
+    }
+
+    /// A place in the pool for a session outside it (a legacy client's own), evicting an idle
+    /// one when full; `key` must be one no idle session has.
+    pub(super) async fn permit_for(
+        &self,
+        key: &PoolKey,
+    ) -> Result<OwnedSemaphorePermit, UpstreamError> {
+        match self.acquire(key).await? {
+            Acquired::Permit(p) => Ok(p),
+            Acquired::Idle(session) => {
+                self.give_back(key.clone(), session);
+                Err(UpstreamError::Busy("all upstream sessions are busy"))
+            }
+        }
+    }
+
+    /// How sessions are opened.
+    pub(super) fn connector(&self) -> &Connector {
+        &self.connector
     }
 
     fn give_back(&self, key: PoolKey, session: Arc<Session>) {

@@ -1,0 +1,361 @@
+//! The 2024-11-05 HTTP+SSE transport on the front: `GET server.sse_path` opens a session's one
+//! stream, whose first event (`endpoint`) names where to POST (`server.sse_messages_path` with
+//! the session's id); each POST is answered 202 and everything the server says arrives on the
+//! stream. Behind it the session is a legacy session upstream: the client's own (see `bridge`)
+//! in front of a stdio or HTTP+SSE upstream, a relayed Streamable HTTP session in front of a
+//! Streamable HTTP one. The session ends with its stream.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use tokio::sync::mpsc;
+
+use super::bridge::{answer_to, cancelled_upstream, with_client_id};
+use crate::app::App;
+use crate::auth::Principal;
+use crate::body::{self, Body};
+use crate::bridge::{Backend, Bridged, Refused, SseClient};
+use crate::edge::{self, Settled, SseWriter};
+use crate::error::ProxyError;
+use crate::jsonrpc::{self, Kind, Message};
+use crate::ops::metrics::{Outcome, RequestTimer};
+use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+use crate::upstream::{Credentials, MessageStream, UpstreamError};
+
+/// Messages the stream may fall behind by before a producer waits.
+const STREAM_BUFFER: usize = 64;
+
+/// `GET server.sse_path`: a new session and its stream.
+pub(super) fn open(app: &Arc<App>, who: &Principal, timer: RequestTimer) -> Response<Body> {
+    if app.is_draining() {
+        let e = ProxyError::Overloaded("the proxy is shutting down".into());
+        return edge::fail(timer, &e, None);
+    }
+    if let Err(Refused::TooMany) = app.bridge.admits(&who.digest) {
+        let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
+        return edge::fail(timer, &e, None);
+    }
+    let (out, mut rx) = mpsc::channel(STREAM_BUFFER);
+    let id = app.bridge.open_sse(&who.digest, out);
+    let (mut writer, resp) = SseWriter::open(app.config.server.keepalive);
+    let endpoint = format!("{}?sessionId={id}", app.config.server.sse_messages_path);
+    let (app, principal) = (Arc::clone(app), who.digest.clone());
+    tokio::spawn(async move {
+        if writer.send_event("endpoint", &endpoint).await.is_ok() {
+            while let Ok(Some(message)) = writer.pump(rx.recv()).await {
+                if writer.send(&message).await.is_err() {
+                    break;
+                }
+            }
+        }
+        end(&app, &id, &principal).await;
+    });
+    edge::settle(timer, Settled::with(Outcome::Relayed));
+    resp
+}
+
+// The stream ended: so does what was behind it.
+async fn end(app: &App, id: &str, principal: &str) {
+    let Some(client) = app.bridge.close_sse(id) else {
+        return;
+    };
+    match client.backend() {
+        Backend::Own(own, _) => {
+            app.bridge.end(&own, principal).await;
+        }
+        Backend::Relayed(Some(session), version) => {
+            let req = upstream_request(
+                app,
+                Method::DELETE,
+                Some(&session),
+                Some(&version),
+                &Credentials::default(),
+            );
+            if let Ok(req) = req.body(body::empty()) {
+                let _ = app.pool.client().send(req).await;
+            }
+        }
+        Backend::Relayed(None, _) | Backend::None => {}
+    }
+}
+
+/// `POST server.sse_messages_path?sessionId=…`: one message of the session's client.
+pub(super) async fn post(
+    app: &Arc<App>,
+    query: Option<&str>,
+    bytes: &Bytes,
+    who: &Principal,
+    timer: RequestTimer,
+) -> Response<Body> {
+    let id = query
+        .unwrap_or_default()
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("sessionId="));
+    let Some(client) = id.and_then(|id| app.bridge.sse(id, &who.digest)) else {
+        edge::settle(timer, Settled::with(Outcome::ClientError));
+        return edge::text(StatusCode::NOT_FOUND, "session not found\n");
+    };
+    let msg = match Message::parse(bytes) {
+        Ok(m) => m,
+        Err(e) => return edge::fail(timer, &ProxyError::Parse(format!("{e:?}")), None),
+    };
+    let backend = client.backend();
+    let accepted = match (msg.method(), backend) {
+        ("initialize", Backend::None) => initialize(app, client, msg, who).await,
+        (_, Backend::None) => Err(ProxyError::InvalidRequest("initialize first".into())),
+        (_, Backend::Own(_, session)) => own_message(&client, &session, &msg, bytes).await,
+        (_, Backend::Relayed(session, version)) => {
+            relay_message(app, &client, (session, version), bytes, who);
+            Ok(())
+        }
+    };
+    match accepted {
+        Ok(()) => {
+            edge::settle(timer, Settled::with(Outcome::Relayed));
+            edge::text(StatusCode::ACCEPTED, "Accepted\n")
+        }
+        Err(e) => edge::fail(timer, &e, None),
+    }
+}
+
+// `initialize`: the session behind the stream, answered on the stream.
+async fn initialize(
+    app: &Arc<App>,
+    client: Arc<SseClient>,
+    msg: Message,
+    who: &Principal,
+) -> Result<(), ProxyError> {
+    let Some(client_id) = msg.id.clone() else {
+        return Err(ProxyError::InvalidRequest("initialize is a request".into()));
+    };
+    if app.pool.relays_legacy_clients() {
+        return initialize_relayed(app, client, &msg, who).await;
+    }
+    let request = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
+    let (own, answer) = app.pool.open_own(0, request, &who.credentials).await?;
+    let Some((answer, failed)) = with_client_id(&answer, &client_id) else {
+        own.close().await;
+        return Err(ProxyError::Internal(
+            "the upstream's answer to initialize is not JSON-RPC".into(),
+        ));
+    };
+    if failed {
+        own.close().await;
+    } else {
+        let (id, session) = app.bridge.register(&who.digest, own);
+        client.set_backend(Backend::Own(id, Arc::clone(&session)));
+        listen(&client, &session);
+    }
+    let _ = client.out.send(Bytes::from(answer)).await;
+    Ok(())
+}
+
+// What the client's own session says outside its requests goes on the stream too.
+fn listen(client: &Arc<SseClient>, session: &Arc<Bridged>) {
+    let Some(mut rx) = session.listen(STREAM_BUFFER) else {
+        return;
+    };
+    let (out, busy) = (client.out.clone(), session.hold());
+    tokio::spawn(async move {
+        let _busy = busy;
+        while let Some(message) = rx.recv().await {
+            if out.send(message).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+// One message to the client's own session; a request's answer (and what the upstream says
+// while it is open) goes on the stream.
+async fn own_message(
+    client: &Arc<SseClient>,
+    session: &Arc<Bridged>,
+    msg: &Message,
+    bytes: &Bytes,
+) -> Result<(), ProxyError> {
+    let Ok(Kind::Request) = msg.kind() else {
+        let upstream = cancelled_upstream(session, msg).unwrap_or_else(|| bytes.to_vec());
+        return session
+            .link()
+            .send(upstream)
+            .await
+            .map_err(ProxyError::Upstream);
+    };
+    let Some(client_id) = msg.id.clone() else {
+        return Err(ProxyError::InvalidRequest("no id".into()));
+    };
+    let key = client_id.get().to_owned();
+    let id = session.map_request(&key);
+    let upstream = jsonrpc::request_bytes(id, msg.method(), msg.params.as_deref());
+    let routed = match session.link().request(id, upstream).await {
+        Ok(r) => r,
+        Err(e) => {
+            session.unmap(&key);
+            return Err(ProxyError::Upstream(e));
+        }
+    };
+    let (out, session, busy) = (client.out.clone(), Arc::clone(session), session.hold());
+    tokio::spawn(async move {
+        let _busy = busy;
+        let mut rx = routed.rx;
+        while let Some(message) = rx.recv().await {
+            let answer =
+                answer_to(&message, id).and_then(|()| with_client_id(&message, &client_id));
+            let done = answer.is_some();
+            let message = answer.map_or(message, |(a, _)| Bytes::from(a));
+            if out.send(message).await.is_err() || done {
+                break;
+            }
+        }
+        session.unmap(&key);
+    });
+    Ok(())
+}
+
+// `initialize` relayed to a Streamable HTTP upstream: its session id and version kept, its
+// answer and then its GET stream onto the client's stream.
+async fn initialize_relayed(
+    app: &Arc<App>,
+    client: Arc<SseClient>,
+    msg: &Message,
+    who: &Principal,
+) -> Result<(), ProxyError> {
+    let asked = msg
+        .params_value()
+        .ok()
+        .and_then(|p| p["protocolVersion"].as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let body = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
+    let req = upstream_request(app, Method::POST, None, None, &who.credentials)
+        .body(body::full(body))
+        .map_err(|e| ProxyError::Internal(e.to_string()))?;
+    let resp = app.pool.client().send(req).await?;
+    if !resp.status().is_success() {
+        return Err(UpstreamError::from_status(&resp).into());
+    }
+    let session = resp.headers().get(SESSION_HEADER).cloned();
+    let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
+    let mut version = asked;
+    while let Some(Ok(message)) = stream.next().await {
+        if let Some(v) = negotiated(&message) {
+            version = v;
+        }
+        let restored = msg
+            .id
+            .as_deref()
+            .and_then(|id| with_client_id(&message, id));
+        let message = restored.map_or(message, |(m, _)| Bytes::from(m));
+        let _ = client.out.send(message).await;
+    }
+    client.set_backend(Backend::Relayed(session.clone(), version.clone()));
+    if session.is_some() {
+        relay_get_stream(app, &client, session, version, who.credentials.clone());
+    }
+    Ok(())
+}
+
+// The version an `initialize` answer negotiated.
+fn negotiated(message: &[u8]) -> Option<String> {
+    let m = Message::parse(message).ok()?;
+    let result: serde_json::Value = serde_json::from_str(m.result?.get()).ok()?;
+    result["protocolVersion"].as_str().map(str::to_owned)
+}
+
+// The upstream's GET stream (what it says outside requests) onto the client's stream.
+fn relay_get_stream(
+    app: &Arc<App>,
+    client: &Arc<SseClient>,
+    session: Option<HeaderValue>,
+    version: String,
+    credentials: Credentials,
+) {
+    let (app, out) = (Arc::clone(app), client.out.clone());
+    tokio::spawn(async move {
+        let req = upstream_request(
+            &app,
+            Method::GET,
+            session.as_ref(),
+            Some(&version),
+            &credentials,
+        )
+        .body(body::empty());
+        let Ok(mut req) = req else { return };
+        req.headers_mut().insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let Ok(resp) = app.pool.client().send_untimed(req).await else {
+            return;
+        };
+        if !resp.status().is_success() {
+            return;
+        }
+        let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
+        loop {
+            tokio::select! {
+                next = stream.next() => match next {
+                    Some(Ok(message)) => if out.send(message).await.is_err() { return },
+                    _ => return,
+                },
+                () = out.closed() => return,
+            }
+        }
+    });
+}
+
+// One message to a relayed Streamable HTTP session; what it answers goes on the stream.
+fn relay_message(
+    app: &Arc<App>,
+    client: &Arc<SseClient>,
+    (session, version): (Option<HeaderValue>, String),
+    bytes: &Bytes,
+    who: &Principal,
+) {
+    let req = upstream_request(
+        app,
+        Method::POST,
+        session.as_ref(),
+        Some(&version),
+        &who.credentials,
+    )
+    .body(body::full(bytes.clone()));
+    let (app, out) = (Arc::clone(app), client.out.clone());
+    tokio::spawn(async move {
+        let Ok(req) = req else { return };
+        let Ok(resp) = app.pool.client().send(req).await else {
+            return;
+        };
+        if !resp.status().is_success() {
+            return;
+        }
+        let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
+        while let Some(Ok(message)) = stream.next().await {
+            if out.send(message).await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+fn upstream_request(
+    app: &App,
+    method: Method,
+    session: Option<&HeaderValue>,
+    version: Option<&str>,
+    credentials: &Credentials,
+) -> http::request::Builder {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(app.pool.client().uri().clone())
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header(header::CONTENT_TYPE, "application/json");
+    if let Some(s) = session {
+        b = b.header(SESSION_HEADER, s.clone());
+    }
+    if let Some(v) = version.filter(|v| !v.is_empty()) {
+        b = b.header(VERSION_HEADER, v);
+    }
+    credentials.apply(b)
+}
