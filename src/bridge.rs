@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use dashmap::DashMap;
+use futures_util::future::join_all;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -152,10 +153,10 @@ impl Bridge {
             .filter(|s| s.is_dead() || s.idle_for() >= idle)
             .map(|s| (s.key().clone(), Arc::clone(s.value())))
             .collect();
-        for (id, session) in &stale {
+        for (id, _) in &stale {
             self.sessions.remove(id);
-            session.close().await;
         }
+        join_all(stale.iter().map(|(_, s)| s.close())).await;
         stale.len()
     }
 
@@ -192,9 +193,8 @@ impl Bridge {
             .map(|s| Arc::clone(s.value()))
             .collect();
         self.sessions.clear();
-        for session in all {
-            session.close().await;
-        }
+        // At once: each child gets its grace to exit, not one after another.
+        join_all(all.iter().map(|s| s.close())).await;
     }
 }
 
