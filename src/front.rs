@@ -44,6 +44,8 @@ pub(crate) use well_known::serve as well_known;
 
 /// Longest JSON-RPC id recorded in the request span (longer ones are left out).
 const MAX_LOGGED_ID_BYTES: usize = 64;
+/// How long a refusal waits for the unread body of its request (see `unread`).
+const UNREAD_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Classified {
     Modern(Message),
@@ -78,7 +80,8 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Bo
 async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let timer = RequestTimer::start(&app.metrics);
     if !cors::origin_allowed(req.headers(), &app.config.server.allowed_origins) {
-        return edge::fail(timer, &ProxyError::Forbidden, None);
+        let resp = edge::fail(timer, &ProxyError::Forbidden, None);
+        return unread(&app, req.into_body(), resp).await;
     }
     let origin = req.headers().get(header::ORIGIN).cloned();
     if *req.method() == Method::OPTIONS {
@@ -88,7 +91,8 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
         Ok(who) => who,
         Err(refusal) => {
             let e = ProxyError::Unauthenticated(refusal);
-            return with_cors(edge::fail(timer, &e, None), origin);
+            let resp = unread(&app, req.into_body(), edge::fail(timer, &e, None)).await;
+            return with_cors(resp, origin);
         }
     };
     let mut resp = match app.principals.enter(&who.digest) {
@@ -98,7 +102,8 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
             .map(|b| permit.hold_through(b)),
         None => {
             app.metrics.limit_hit(Limit::PrincipalRequests);
-            edge::fail(timer, &ProxyError::TooManyRequests, None)
+            let resp = edge::fail(timer, &ProxyError::TooManyRequests, None);
+            unread(&app, req.into_body(), resp).await
         }
     };
     // Pass-through: an upstream's challenge names the proxy's public metadata URL.
@@ -106,6 +111,20 @@ async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body>
         app.auth.rewrite_challenge(resp.headers_mut());
     }
     with_cors(resp, origin)
+}
+
+// A refusal sent before the request's body was read. The body is read off first (within
+// `server.max_body`, for at most `UNREAD_DRAIN`) so the connection can carry the client's next
+// request — a client that was told 401 asks for the metadata at once, often on the same
+// connection; a body that does not come at once closes the connection, saying so.
+async fn unread(app: &App, body: Incoming, mut resp: Response<Body>) -> Response<Body> {
+    let limit = app.config.server.max_body_bytes;
+    let drained = tokio::time::timeout(UNREAD_DRAIN, Limited::new(body, limit).collect()).await;
+    if !matches!(drained, Ok(Ok(_))) {
+        resp.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
 }
 
 // Every answer, refusals included, carries CORS headers so a browser client can read it.

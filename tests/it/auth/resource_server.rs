@@ -193,3 +193,58 @@ async fn other_well_known_documents_are_relayed_without_the_token() {
         .collect();
     assert_eq!(relayed, [false], "relayed once, without the client's token");
 }
+
+// Two requests written at once on one connection, each with its body: the first refused
+// before its body is read (401), the second answered on the same connection.
+async fn two_on_one_connection(proxy: &TestProxy, first_headers: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}"#;
+    let first = format!(
+        "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n{first_headers}content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let second = "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n";
+    let mut conn = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    conn.write_all(format!("{first}{second}").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let read = conn.read_to_end(&mut got);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), read).await;
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn a_refusal_before_the_body_keeps_the_connection_for_the_next_request() {
+    let auth = AuthServer::with(&Key::new("k1")).await;
+    let mock = Mock::start().await;
+    let proxy = rs_proxy(&mock, &auth, "").await;
+    for headers in ["", "authorization: Bearer not-a-jwt\r\n"] {
+        let answer = two_on_one_connection(&proxy, headers).await;
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(
+            answer.contains("HTTP/1.1 200"),
+            "the next request was not answered: {answer}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refusal_whose_body_never_comes_says_it_closes_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let auth = AuthServer::with(&Key::new("k1")).await;
+    let mock = Mock::start().await;
+    let proxy = rs_proxy(&mock, &auth, "").await;
+    let head = "POST /mcp HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 50\r\n\r\n";
+    let mut conn = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let read = conn.read_to_end(&mut got);
+    tokio::time::timeout(std::time::Duration::from_secs(10), read)
+        .await
+        .expect("the proxy closes the connection")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    assert!(answer.starts_with("http/1.1 401"), "{answer}");
+    assert!(answer.contains("\r\nconnection: close\r\n"), "{answer}");
+}
