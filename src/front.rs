@@ -25,7 +25,7 @@ use crate::protocol::{MODERN_VERSION, SESSION_HEADER, TASKS_EXTENSION, VERSION_H
 use crate::rewrite::{self, RewriteCtx};
 
 mod approval;
-mod bridge;
+pub(crate) mod bridge;
 mod cors;
 mod listen;
 mod relay;

@@ -185,38 +185,76 @@ async fn request(
     let busy = session.hold();
     tokio::spawn(async move {
         let _busy = busy;
-        let mut rx = routed.rx;
-        loop {
-            let out = match writer.pump(rx.recv()).await {
-                Err(_) => break,
-                // The link closed before the answer: the upstream is gone.
-                Ok(None) => {
-                    let e = ErrorObject {
-                        code: INTERNAL_ERROR,
-                        message: "the upstream session ended".into(),
-                        data: None,
-                    };
-                    let _ = writer
-                        .send(&jsonrpc::error_bytes(Some(&client_id), &e))
-                        .await;
-                    break;
-                }
-                Ok(Some(bytes)) => bytes,
-            };
-            if let Some((answer, _)) =
-                answer_to(&out, id).and_then(|_| with_client_id(&out, &client_id))
-            {
-                let _ = writer.send(&answer).await;
-                break;
-            }
-            if writer.send(&out).await.is_err() {
-                break;
-            }
-        }
+        stream_answer(routed.rx, id, &client_id, &mut writer).await;
         session.unmap(&key);
     });
     edge::settle(timer, Settled::with(Outcome::Relayed));
     resp
+}
+
+/// Runs a legacy client's request (its bytes) on its own session `session_id` and streams what
+/// the upstream says until the answer onto `writer` (an approved call of the approval gate).
+///
+/// # Errors
+/// Why the request could not be sent.
+pub(crate) async fn run_on(
+    app: &App,
+    (session_id, principal): (&str, &str),
+    bytes: &[u8],
+    writer: &mut SseWriter,
+) -> Result<(), String> {
+    let session = app
+        .bridge
+        .get(session_id, principal)
+        .ok_or("the session ended")?;
+    let msg = Message::parse(bytes).map_err(|e| format!("{e:?}"))?;
+    let client_id = msg.id.clone().ok_or("no id")?;
+    let key = client_id.get().to_owned();
+    let id = session.map_request(&key);
+    let upstream = jsonrpc::request_bytes(id, msg.method(), msg.params.as_deref());
+    let routed = session.link().request(id, upstream).await.map_err(|e| {
+        session.unmap(&key);
+        e.to_string()
+    })?;
+    let _busy = session.hold();
+    stream_answer(routed.rx, id, &client_id, writer).await;
+    session.unmap(&key);
+    Ok(())
+}
+
+// What the upstream says while request `id` is open, then its answer with the client's id, onto
+// `writer`; an upstream gone before the answer ends the stream with an error.
+async fn stream_answer(
+    mut rx: tokio::sync::mpsc::Receiver<Bytes>,
+    id: i64,
+    client_id: &RawValue,
+    writer: &mut SseWriter,
+) {
+    loop {
+        let out = match writer.pump(rx.recv()).await {
+            Err(_) => return,
+            Ok(None) => {
+                let e = ErrorObject {
+                    code: INTERNAL_ERROR,
+                    message: "the upstream session ended".into(),
+                    data: None,
+                };
+                let _ = writer
+                    .send(&jsonrpc::error_bytes(Some(client_id), &e))
+                    .await;
+                return;
+            }
+            Ok(Some(bytes)) => bytes,
+        };
+        let answer = answer_to(&out, id).and_then(|()| with_client_id(&out, client_id));
+        if let Some((answer, _)) = answer {
+            let _ = writer.send(&answer).await;
+            return;
+        }
+        if writer.send(&out).await.is_err() {
+            return;
+        }
+    }
 }
 
 // A message the client says without expecting an answer: upstream as it is, 202.

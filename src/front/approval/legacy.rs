@@ -217,7 +217,14 @@ async fn ask(app: Arc<App>, mut writer: SseWriter, call: Inline, rule: ApprovalR
     }
     audit(&app, who, &rule, Decision::Approved);
     let id = call.id.clone();
-    if let Err(why) = run(&app, &mut writer, call).await {
+    let ran = if app.pool.relays_legacy_clients() {
+        run(&app, &mut writer, call).await
+    } else {
+        // The client's own session (a stdio or HTTP+SSE upstream).
+        let on = (call.session.as_str(), call.principal.as_str());
+        crate::front::bridge::run_on(&app, on, &call.bytes, &mut writer).await
+    };
+    if let Err(why) = ran {
         let error = ErrorObject {
             code: crate::protocol::INTERNAL_ERROR,
             message: why,
