@@ -35,6 +35,8 @@ const SESSION_ID_BYTES: usize = 16;
 pub(crate) struct Bridge {
     sessions: DashMap<String, Arc<Bridged>>,
     sse: DashMap<String, Arc<SseClient>>,
+    /// Sessions being opened, per principal: counted against the bound while they open.
+    opening: Arc<DashMap<String, usize>>,
     idle: Duration,
     max_per_principal: usize,
 }
@@ -73,13 +75,28 @@ impl Bridge {
         Self {
             sessions: DashMap::new(),
             sse: DashMap::new(),
+            opening: Arc::new(DashMap::new()),
             idle,
             max_per_principal,
         }
     }
 
-    /// Whether `principal` may open one more session.
-    pub(crate) fn admits(&self, principal: &str) -> Result<(), Refused> {
+    /// A place for one more session of `principal`, held until the returned guard drops (the
+    /// session registered by then): concurrent opens cannot all pass the bound.
+    pub(crate) fn admits(&self, principal: &str) -> Result<Opening, Refused> {
+        let mut opening = self.opening.entry(principal.to_owned()).or_insert(0);
+        if self.held(principal) + *opening >= self.max_per_principal {
+            return Err(Refused::TooMany);
+        }
+        *opening += 1;
+        Ok(Opening {
+            opening: Arc::clone(&self.opening),
+            principal: principal.to_owned(),
+        })
+    }
+
+    // Sessions `principal` holds now.
+    fn held(&self, principal: &str) -> usize {
         let own = self
             .sessions
             .iter()
@@ -91,11 +108,7 @@ impl Bridge {
             .iter()
             .filter(|c| c.principal == principal && !matches!(c.backend(), Backend::Own(..)))
             .count();
-        let held = own + relayed;
-        if held >= self.max_per_principal {
-            return Err(Refused::TooMany);
-        }
-        Ok(())
+        own + relayed
     }
 
     /// Registers the session `own` of `principal` and returns its id. The link's messages no
@@ -286,6 +299,7 @@ impl Bridged {
 
     fn mark_dead(&self) {
         self.dead.store(true, Ordering::Release);
+        self.own.release();
         // The GET stream ends with its sender.
         lock(&self.listener).tx = None;
     }
@@ -332,6 +346,22 @@ impl Owner for Bridged {
 
     fn closed(&self) {
         self.mark_dead();
+    }
+}
+
+/// A session of a principal being opened (see [`Bridge::admits`]).
+#[derive(Debug)]
+pub(crate) struct Opening {
+    opening: Arc<DashMap<String, usize>>,
+    principal: String,
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.opening.remove_if_mut(&self.principal, |_, n| {
+            *n = n.saturating_sub(1);
+            *n == 0
+        });
     }
 }
 

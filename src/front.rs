@@ -171,7 +171,7 @@ async fn answer(
             if req.method() == Method::DELETE {
                 approval::forget_session(&app, req.headers());
             }
-            if !app.pool.relays_legacy_clients() {
+            if !app.pool.relays_legacy_clients_now().await {
                 return match *req.method() {
                     Method::GET => bridge::get(&app, req.headers(), &who, timer),
                     _ => bridge::delete(&app, req.headers(), &who, timer).await,
@@ -262,7 +262,7 @@ async fn post(
                 return answer;
             }
             // No Streamable HTTP upstream to relay to (stdio, HTTP+SSE): the proxy serves it.
-            if !app.pool.relays_legacy_clients() {
+            if !app.pool.relays_legacy_clients_now().await {
                 let resp = bridge::post(&app, &parts.headers, &bytes, &who, timer).await;
                 approval::observe_initialize(&app, &bytes, resp.headers());
                 return resp;

@@ -36,6 +36,10 @@ pub(super) async fn post(
     if msg.method() == "initialize" {
         return open(app, &msg, who, timer).await;
     }
+    if !headers.contains_key(SESSION_HEADER) {
+        let e = ProxyError::InvalidRequest("Mcp-Session-Id is required after initialize".into());
+        return edge::fail(timer, &e, msg.id.as_deref());
+    }
     let Some(session) = session_of(app, headers, who) else {
         return gone(timer);
     };
@@ -107,11 +111,14 @@ fn session_of(app: &App, headers: &HeaderMap, who: &Principal) -> Option<Arc<Bri
     app.bridge.get(id, &who.digest)
 }
 
+/// The code of "Session not found" (the SDKs' server transports use it).
+const SESSION_NOT_FOUND: i64 = -32001;
+
 // 404: the client must initialize again.
 fn gone(timer: RequestTimer) -> Response<Body> {
     edge::settle(timer, Settled::with(Outcome::ClientError));
     let error = ErrorObject {
-        code: INTERNAL_ERROR,
+        code: SESSION_NOT_FOUND,
         message: "Session not found".into(),
         data: None,
     };
@@ -133,10 +140,14 @@ async fn open(
         let e = ProxyError::InvalidRequest("initialize is a request".into());
         return edge::fail(timer, &e, None);
     };
-    if let Err(Refused::TooMany) = app.bridge.admits(&who.digest) {
-        let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
-        return edge::fail(timer, &e, Some(client_id));
-    }
+    // Held until the session is registered (or not opened).
+    let _place = match app.bridge.admits(&who.digest) {
+        Ok(place) => place,
+        Err(Refused::TooMany) => {
+            let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
+            return edge::fail(timer, &e, Some(client_id));
+        }
+    };
     let request = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
     let (own, answer) = match app.pool.open_own(0, request, &who.credentials).await {
         Ok(opened) => opened,

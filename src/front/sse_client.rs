@@ -32,12 +32,16 @@ pub(super) fn open(app: &Arc<App>, who: &Principal, timer: RequestTimer) -> Resp
         let e = ProxyError::Overloaded("the proxy is shutting down".into());
         return edge::fail(timer, &e, None);
     }
-    if let Err(Refused::TooMany) = app.bridge.admits(&who.digest) {
-        let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
-        return edge::fail(timer, &e, None);
-    }
+    let place = match app.bridge.admits(&who.digest) {
+        Ok(place) => place,
+        Err(Refused::TooMany) => {
+            let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
+            return edge::fail(timer, &e, None);
+        }
+    };
     let (out, mut rx) = mpsc::channel(STREAM_BUFFER);
     let id = app.bridge.open_sse(&who.digest, out);
+    drop(place);
     let (mut writer, resp) = SseWriter::open(app.config.server.keepalive);
     let endpoint = format!("{}?sessionId={id}", app.config.server.sse_messages_path);
     let (app, principal) = (Arc::clone(app), who.digest.clone());
@@ -129,7 +133,7 @@ async fn initialize(
     let Some(client_id) = msg.id.clone() else {
         return Err(ProxyError::InvalidRequest("initialize is a request".into()));
     };
-    if app.pool.relays_legacy_clients() {
+    if app.pool.relays_legacy_clients_now().await {
         return initialize_relayed(app, client, &msg, who).await;
     }
     let request = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());

@@ -65,6 +65,12 @@ impl Connector {
             && self.detected.load(Ordering::Relaxed) != SSE
     }
 
+    /// With `auto`, whether the upstream's transport is still unknown (no session opened yet).
+    pub(crate) fn undetected(&self) -> bool {
+        matches!(self.transport, UpstreamTransport::Auto)
+            && self.detected.load(Ordering::Relaxed) == UNKNOWN
+    }
+
     /// The transport's name (for logs): what was configured, or what `auto` found.
     pub(crate) fn name(&self) -> &'static str {
         match (&self.transport, self.detected.load(Ordering::Relaxed)) {

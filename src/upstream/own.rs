@@ -21,7 +21,7 @@ use crate::jsonrpc::{Kind, Message};
 pub(crate) struct OwnSession {
     /// The session's one stream each way.
     pub(crate) link: Arc<Link>,
-    _permit: OwnedSemaphorePermit,
+    permit: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
 }
 
 impl SessionPool {
@@ -58,7 +58,7 @@ impl SessionPool {
             Ok(Ok(answer)) => {
                 let own = OwnSession {
                     link,
-                    _permit: permit,
+                    permit: std::sync::Mutex::new(Some(permit)),
                 };
                 Ok((own, answer))
             }
@@ -75,9 +75,19 @@ impl SessionPool {
 }
 
 impl OwnSession {
-    /// Ends the session: the child is stopped and reaped, the HTTP+SSE stream dropped.
+    /// Gives its place in the pool back (the upstream is gone: a child that died frees its
+    /// place at once, not when the session is next looked at).
+    pub(crate) fn release(&self) {
+        if let Ok(mut p) = self.permit.lock() {
+            p.take();
+        }
+    }
+
+    /// Ends the session: the child is stopped and reaped, the HTTP+SSE stream dropped, the
+    /// place given back.
     pub(crate) async fn close(&self) {
         self.link.close().await;
+        self.release();
     }
 }
 

@@ -159,6 +159,16 @@ impl SessionPool {
         self.connector.relays_legacy_clients()
     }
 
+    /// Whether legacy clients can be relayed, finding out first (one handshake) when the
+    /// transport is `auto` and not known yet: a legacy client arriving before the readiness
+    /// probe must not be relayed to an HTTP+SSE URL.
+    pub(crate) async fn relays_legacy_clients_now(self: &Arc<Self>) -> bool {
+        if self.connector.undetected() {
+            self.probe().await;
+        }
+        self.relays_legacy_clients()
+    }
+
     /// The upstream's transport, for logs (`auto` says what it found).
     pub(crate) fn transport_name(&self) -> &'static str {
         self.connector.name()
