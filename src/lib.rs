@@ -45,4 +45,5 @@ mod sessions;
 pub mod sse;
 pub mod state;
 mod tasks;
+mod trace_context;
 mod upstream;

@@ -68,7 +68,7 @@ pub(super) async fn retry(
                 tx.send(Retry {
                     answers,
                     leg,
-                    credentials: who.credentials.clone(),
+                    credentials: who.credentials.and(req.trace.headers()),
                     task_after,
                 })
                 .await

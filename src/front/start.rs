@@ -36,7 +36,7 @@ pub(super) fn start_call(
         capabilities: req.capabilities,
         input_capable,
         principal: who.digest,
-        credentials: who.credentials,
+        credentials: who.credentials.and(req.trace.headers()),
         replay_from,
         gated,
         task_after,

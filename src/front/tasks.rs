@@ -71,7 +71,8 @@ pub(super) async fn serve(
                 }
                 None => &Map::new(),
             };
-            store.update(id, principal, answers, &who.credentials)?;
+            let credentials = who.credentials.and(req.trace.headers());
+            store.update(id, principal, answers, &credentials)?;
             json!({ "resultType": "complete" })
         }
         _ => {

@@ -12,6 +12,7 @@ use crate::protocol::{
     META_CAPABILITIES, META_LOG_LEVEL, META_PREFIX, META_VERSION, METHOD_HEADER, MODERN_VERSION,
     NAME_HEADER, VERSION_HEADER,
 };
+use crate::trace_context::TraceContext;
 
 /// Where a modern request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +48,8 @@ pub(super) struct ModernRequest {
     pub(super) progress_token: Option<Value>,
     /// Where it goes.
     pub(super) route: Route,
+    /// Its W3C trace context (`_meta`, else headers).
+    pub(super) trace: TraceContext,
 }
 
 impl ModernRequest {
@@ -69,6 +72,7 @@ impl ModernRequest {
                 p.remove("_meta");
             }
         }
+        self.trace.fill_meta(&mut p);
         Value::Object(p)
     }
 
@@ -146,6 +150,7 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         .and_then(Value::as_str)
         .map(str::to_owned);
     let progress_token = meta.and_then(|m| m.get("progressToken")).cloned();
+    let trace = TraceContext::of(meta, headers);
     let route = route(&method)?;
     Ok(ModernRequest {
         id,
@@ -155,6 +160,7 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         log_level,
         progress_token,
         route,
+        trace,
     })
 }
 

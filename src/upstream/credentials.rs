@@ -18,6 +18,17 @@ impl Credentials {
         Self(headers.into())
     }
 
+    /// These headers and `extra` (a leg's trace context).
+    pub(crate) fn and(&self, extra: impl Iterator<Item = (HeaderName, HeaderValue)>) -> Self {
+        let mut headers = self.0.to_vec();
+        let before = headers.len();
+        headers.extend(extra);
+        if headers.len() == before {
+            return self.clone();
+        }
+        Self(headers.into())
+    }
+
     /// `b` with these headers added.
     pub(crate) fn apply(&self, mut b: http::request::Builder) -> http::request::Builder {
         for (name, value) in self.0.iter() {

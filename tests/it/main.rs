@@ -13,6 +13,7 @@
 mod approval;
 mod architecture;
 mod auth;
+mod bridge;
 mod cluster;
 mod config_docs;
 // Reads CPU time from /proc.
@@ -36,3 +37,4 @@ mod support;
 mod tasks;
 mod tasks_cluster;
 mod tasks_lifecycle;
+mod trace_context;

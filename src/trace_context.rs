@@ -1,0 +1,144 @@
+//! W3C trace context (SEP-414): `traceparent`, `tracestate` and `baggage`, reserved unprefixed
+//! `_meta` keys of a modern request, or its HTTP headers of those names (the `_meta` wins). The
+//! proxy carries a leg's context to everything it sends upstream for that leg: the legacy
+//! request's `params._meta` (filled from the headers when the client put it only there) and, on
+//! an HTTP upstream, the same-named headers of every request of the leg (the answers of a
+//! resumed call included: a retry's own context).
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+
+/// The three keys, as `_meta` keys and header names.
+const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
+/// Longest value carried (W3C: tracestate ≤ 512 bytes; baggage ≤ 8192).
+const MAX_VALUE_BYTES: usize = 8192;
+
+/// A leg's trace context: what is set of the three.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct TraceContext {
+    values: Vec<(&'static str, String)>,
+}
+
+impl TraceContext {
+    /// The context of a request with `_meta` `meta` and `headers`: the `_meta`'s when it has a
+    /// valid `traceparent`, else the headers'. A malformed `traceparent` is no context at all.
+    pub(crate) fn of(meta: Option<&Map<String, Value>>, headers: &HeaderMap) -> Self {
+        let from_meta = Self::collect(|k| meta?.get(k)?.as_str().map(str::to_owned));
+        if from_meta.is_valid() {
+            return from_meta;
+        }
+        let from_headers = Self::collect(|k| headers.get(k)?.to_str().ok().map(str::to_owned));
+        if from_headers.is_valid() {
+            return from_headers;
+        }
+        Self::default()
+    }
+
+    fn collect(get: impl Fn(&'static str) -> Option<String>) -> Self {
+        let values = KEYS
+            .iter()
+            .filter_map(|k| get(k).map(|v| (*k, v)))
+            .filter(|(_, v)| v.len() <= MAX_VALUE_BYTES && HeaderValue::from_str(v).is_ok())
+            .collect();
+        Self { values }
+    }
+
+    // A `traceparent` of the W3C form: version-traceid-parentid-flags, hex, ids not all zero.
+    fn is_valid(&self) -> bool {
+        let Some(tp) = self.get("traceparent") else {
+            return false;
+        };
+        let parts: Vec<&str> = tp.split('-').collect();
+        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
+        parts.len() >= 4
+            && hex(parts[0], 2)
+            && parts[0] != "ff"
+            && hex(parts[1], 32)
+            && nonzero(parts[1])
+            && hex(parts[2], 16)
+            && nonzero(parts[2])
+            && hex(parts[3], 2)
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.values
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Whether there is none.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// `params`' `_meta` with the context's keys it lacks (a client may send the context in
+    /// headers only; the upstream reads `_meta`).
+    pub(crate) fn fill_meta(&self, params: &mut Map<String, Value>) {
+        if self.is_empty() {
+            return;
+        }
+        let meta = params
+            .entry("_meta")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            for (k, v) in &self.values {
+                meta.entry(*k).or_insert_with(|| Value::String(v.clone()));
+            }
+        }
+    }
+
+    /// The same-named HTTP headers.
+    pub(crate) fn headers(&self) -> impl Iterator<Item = (HeaderName, HeaderValue)> + '_ {
+        self.values
+            .iter()
+            .filter_map(|(k, v)| Some((HeaderName::from_static(k), HeaderValue::from_str(v).ok()?)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn meta_wins_over_headers_and_headers_fill_in() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            "traceparent",
+            HeaderValue::from_static("00-11111111111111111111111111111111-2222222222222222-01"),
+        );
+        h.insert("baggage", HeaderValue::from_static("k=v"));
+        let meta: Map<String, Value> =
+            serde_json::from_value(serde_json::json!({"traceparent": TP})).unwrap();
+        assert_eq!(
+            TraceContext::of(Some(&meta), &h).get("traceparent"),
+            Some(TP)
+        );
+        assert_eq!(TraceContext::of(Some(&meta), &h).get("baggage"), None);
+        let from_headers = TraceContext::of(None, &h);
+        assert_eq!(from_headers.get("baggage"), Some("k=v"));
+        let mut params = Map::new();
+        from_headers.fill_meta(&mut params);
+        assert_eq!(params["_meta"]["baggage"], "k=v");
+    }
+
+    #[test]
+    fn a_malformed_traceparent_is_no_context() {
+        for bad in [
+            "",
+            "00-zz-b7ad6b7169203331-01",
+            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
+            let meta: Map<String, Value> =
+                serde_json::from_value(serde_json::json!({"traceparent": bad})).unwrap();
+            assert!(
+                TraceContext::of(Some(&meta), &HeaderMap::new()).is_empty(),
+                "{bad}"
+            );
+        }
+    }
+}
