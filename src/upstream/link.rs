@@ -2,12 +2,13 @@
 //! session (POSTs to the announced endpoint / the one `GET /sse` stream).
 //!
 //! Every upstream message arrives on the one reader, so this is where they are told apart: an
-//! answer goes to the request with its id; a server request or notification goes to the oldest
-//! request still open (the call holding the session's lease: these transports link nothing to the
-//! request that caused it, which is why a session runs one input-capable call at a time), and with
-//! no request open to the session's defaults, as a Streamable HTTP GET stream's would.
+//! answer goes to the request with its id; a progress notification to the request whose
+//! `progressToken` it names; any other server request or notification to the oldest request
+//! still open (the call holding the session's lease: these transports link nothing to the
+//! request that caused it, which is why a session runs one input-capable call at a time), and
+//! with no request open to the session's defaults, as a Streamable HTTP GET stream's would.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,6 +51,9 @@ pub(crate) struct Link {
     sink: Box<dyn Sink>,
     /// Open requests by id: where their messages go.
     routes: Mutex<BTreeMap<i64, mpsc::Sender<Bytes>>>,
+    /// The `progressToken` of open requests that set one (its JSON text) → their id: progress
+    /// goes to its request's stream, whichever request is oldest.
+    progress: Mutex<HashMap<String, i64>>,
     owner: OnceLock<Weak<dyn Owner>>,
     /// When the reader last got bytes (messages and keep-alives alike).
     last_read: Mutex<Instant>,
@@ -70,6 +74,7 @@ impl Link {
         Arc::new(Self {
             sink,
             routes: Mutex::new(BTreeMap::new()),
+            progress: Mutex::new(HashMap::new()),
             owner: OnceLock::new(),
             last_read: Mutex::new(Instant::now()),
             closed: AtomicBool::new(false),
@@ -143,6 +148,11 @@ impl Link {
         if let Ok(mut routes) = self.routes.lock() {
             routes.insert(id, tx);
         }
+        if let Some(token) = progress_token(&message) {
+            if let Ok(mut progress) = self.progress.lock() {
+                progress.insert(token, id);
+            }
+        }
         if let Err(e) = self.send(message).await {
             self.unroute(id);
             return Err(e);
@@ -161,6 +171,13 @@ impl Link {
         if let Ok(mut routes) = self.routes.lock() {
             routes.remove(&id);
         }
+        self.forget_progress(id);
+    }
+
+    fn forget_progress(&self, id: i64) {
+        if let Ok(mut progress) = self.progress.lock() {
+            progress.retain(|_, r| *r != id);
+        }
     }
 
     /// Hands one message from the reader to whoever it belongs to (see the module docs). Waits
@@ -178,23 +195,45 @@ impl Link {
                     .as_ref()
                     .and_then(|r| r.get().trim().parse::<i64>().ok());
                 let route = id.and_then(|id| self.routes.lock().ok()?.remove(&id));
+                if let Some(id) = id {
+                    self.forget_progress(id);
+                }
                 if let Some(tx) = route {
                     let _ = tx.send(bytes).await;
                 }
             }
-            Ok(Kind::Request | Kind::Notification) => {
-                // The oldest open request whose reader is still there.
-                while let Some((id, tx)) = self.oldest_route() {
+            Ok(Kind::Notification) if msg.method() == "notifications/progress" => {
+                if let Some(tx) = self.progress_route(&msg) {
                     if tx.send(bytes.clone()).await.is_ok() {
                         return;
                     }
-                    self.unroute(id);
                 }
-                if let Some(owner) = self.owner() {
-                    owner.unrouted(bytes).await;
-                }
+                self.to_oldest(bytes).await;
             }
+            Ok(Kind::Request | Kind::Notification) => self.to_oldest(bytes).await,
             Err(_) => {}
+        }
+    }
+
+    // The stream of the open request whose progress token `msg` (a progress notification) names.
+    fn progress_route(&self, msg: &Message) -> Option<mpsc::Sender<Bytes>> {
+        let params: serde_json::Value = serde_json::from_str(msg.params.as_ref()?.get()).ok()?;
+        let token = serde_json::to_string(params.get("progressToken")?).ok()?;
+        let id = *self.progress.lock().ok()?.get(&token)?;
+        self.routes.lock().ok()?.get(&id).cloned()
+    }
+
+    // A server request or notification: to the oldest open request, else to the owner.
+    async fn to_oldest(&self, bytes: Bytes) {
+        // The oldest open request whose reader is still there.
+        while let Some((id, tx)) = self.oldest_route() {
+            if tx.send(bytes.clone()).await.is_ok() {
+                return;
+            }
+            self.unroute(id);
+        }
+        if let Some(owner) = self.owner() {
+            owner.unrouted(bytes).await;
         }
     }
 
@@ -209,6 +248,9 @@ impl Link {
         self.closed.store(true, Ordering::Release);
         if let Ok(mut routes) = self.routes.lock() {
             routes.clear();
+        }
+        if let Ok(mut progress) = self.progress.lock() {
+            progress.clear();
         }
         if let Some(owner) = self.owner() {
             owner.closed();
@@ -241,4 +283,14 @@ impl Drop for Link {
             }
         }
     }
+}
+
+// The `progressToken` a request sets (its JSON text), read only when the bytes name one.
+fn progress_token(message: &[u8]) -> Option<String> {
+    const KEY: &[u8] = b"progressToken";
+    if !message.windows(KEY.len()).any(|w| w == KEY) {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(message).ok()?;
+    serde_json::to_string(v.get("params")?.get("_meta")?.get("progressToken")?).ok()
 }
