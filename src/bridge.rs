@@ -170,7 +170,20 @@ impl Bridge {
             self.sessions.remove(id);
         }
         join_all(stale.iter().map(|(_, s)| s.close())).await;
+        if !stale.is_empty() {
+            tracing::debug!(ended = stale.len(), "ended idle legacy client sessions");
+        }
         stale.len()
+    }
+
+    /// Sessions served now: clients' own upstream sessions, and HTTP+SSE streams without one.
+    pub(crate) fn open(&self) -> usize {
+        let streams = self
+            .sse
+            .iter()
+            .filter(|c| !matches!(c.backend(), Backend::Own(..)))
+            .count();
+        self.sessions.len() + streams
     }
 
     /// A 2024-11-05 HTTP+SSE client's session of `principal`, whose stream reads `out`.

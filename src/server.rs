@@ -428,6 +428,7 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
                 sessions: app.pool.open_sessions(),
                 idle_sessions: app.idle_sessions(),
                 session_waiters: app.session_waiters(),
+                legacy_sessions: app.bridge.open(),
             };
             let mut r = Response::new(full(app.metrics.render(now)));
             r.headers_mut().insert(
@@ -485,10 +486,7 @@ async fn background(app: Arc<App>) {
                 app.replays.sweep();
                 app.approvals.sweep();
                 app.legacy.sweep();
-                let ended = app.bridge.reap_idle().await;
-                if ended > 0 {
-                    tracing::debug!(ended, "ended idle legacy client sessions");
-                }
+                app.bridge.reap_idle().await;
             }
             _ = health.tick() => {
                 if !app.pool.check_health().await {

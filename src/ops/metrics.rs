@@ -21,8 +21,8 @@ pub(crate) use approvals::ApprovalMetrics;
 pub(crate) use auth::AuthMetrics;
 pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
-    AcceptFailure, AuthEndpoint, AuthRefusal, Capability, Decision, Direction, Era, Forward, Gathered, Limit, Method, Outcome,
-    TaskState, TokenRejection, UpstreamFailure,
+    AcceptFailure, AuthEndpoint, AuthRefusal, Capability, Decision, Direction, Era, Forward,
+    Gathered, Limit, Method, Outcome, TaskState, TokenRejection, UpstreamFailure,
 };
 use labels::{
     AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,
@@ -47,6 +47,8 @@ pub(crate) struct Snapshot {
     pub(crate) idle_sessions: usize,
     /// Requests waiting for a session now.
     pub(crate) session_waiters: usize,
+    /// Legacy clients' sessions the proxy serves itself now (see `bridge`).
+    pub(crate) legacy_sessions: usize,
 }
 
 /// Every metric of the process (one instance in `App`).
@@ -86,6 +88,7 @@ pub(crate) struct Metrics {
     task_bytes: Gauge,
     sessions: Gauge,
     idle_sessions: Gauge,
+    legacy_sessions: Gauge,
     session_waiters: Gauge,
 }
 
@@ -141,6 +144,7 @@ impl Metrics {
             task_bytes: Gauge::default(),
             sessions: Gauge::default(),
             idle_sessions: Gauge::default(),
+            legacy_sessions: Gauge::default(),
             session_waiters: Gauge::default(),
         };
         m.register();
@@ -261,6 +265,8 @@ impl Metrics {
             "Idle upstream sessions now",
             self.idle_sessions.clone(),
         );
+        let legacy = "Legacy clients' sessions the proxy serves itself now";
+        r.register("legacy_sessions", legacy, self.legacy_sessions.clone());
         r.register(
             "session_waiters",
             "Requests waiting for an upstream session now (pool full)",
@@ -372,6 +378,7 @@ impl Metrics {
         set(&self.sessions, now.sessions);
         set(&self.idle_sessions, now.idle_sessions);
         set(&self.session_waiters, now.session_waiters);
+        set(&self.legacy_sessions, now.legacy_sessions);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
@@ -441,52 +448,4 @@ impl Drop for RequestTimer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn renders_strict_openmetrics_with_bounded_labels() {
-        let m = Metrics::new();
-        m.round_sent(3);
-        m.request(
-            Era::Modern,
-            Method::of("tools/call"),
-            Outcome::InputRequired,
-            Duration::from_millis(2),
-        );
-        m.request(
-            Era::Modern,
-            Method::of("a/made-up/method"),
-            Outcome::ClientError,
-            Duration::from_millis(1),
-        );
-        m.token_rejected(TokenRejection::Expired);
-        let text = m.render(Snapshot {
-            parked: 2,
-            parked_bytes: 7,
-            task_bytes: 9,
-            sessions: 5,
-            idle_sessions: 3,
-            session_waiters: 4,
-        });
-        assert!(text.contains("mrtr_rounds_total 1\n"), "{text}");
-        assert!(text.contains("mrtr_input_requests_total 3\n"));
-        assert!(text.contains("mrtr_parked_calls 2\n"));
-        assert!(text.contains("mrtr_parked_memory_bytes 7\n"), "{text}");
-        assert!(text.contains("mrtr_task_memory_bytes 9\n"), "{text}");
-        assert!(text.contains("mrtr_upstream_sessions 5\n"));
-        assert!(text.contains("mrtr_idle_sessions 3\n"));
-        assert!(text.contains("mrtr_session_waiters 4\n"));
-        assert!(text.contains(
-            r#"mrtr_requests_total{era="modern",method="tools/call",outcome="input_required"} 1"#
-        ));
-        assert!(
-            text.contains(r#"method="other""#),
-            "unknown methods collapse"
-        );
-        assert!(!text.contains("made-up"));
-        assert!(text.contains(r#"mrtr_token_rejections_total{reason="expired"} 1"#));
-        assert!(text.contains("# TYPE mrtr_request_duration_seconds histogram"));
-        assert!(text.ends_with("# EOF\n"));
-    }
-}
+mod tests;
