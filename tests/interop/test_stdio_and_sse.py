@@ -6,6 +6,7 @@ tests cover what those cannot see.
 
 import asyncio
 import itertools
+import json
 import os
 import re
 import urllib.request
@@ -83,19 +84,19 @@ def test_an_sse_url_is_detected_and_said_so():
             up.kill()
 
 
-def test_a_legacy_client_in_front_of_a_stdio_server_gets_a_clear_error():
+def test_a_legacy_initialize_in_front_of_a_stdio_server_opens_a_session_of_its_own():
+    """The raw answer: the upstream's InitializeResult for the version asked, under an
+    Mcp-Session-Id the proxy issued (the full legacy matrix is test_legacy_matrix.py)."""
     _, command = py_stdio_command()
     proxy = Proxy(command)
     try:
         body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"old","version":"1"}}}'
         req = urllib.request.Request(proxy.url, body, {"content-type": "application/json", "accept": "application/json, text/event-stream"})
-        try:
-            urllib.request.urlopen(req, timeout=10)
-            raise AssertionError("a legacy initialize was accepted")
-        except urllib.error.HTTPError as e:
-            assert e.code == 400
-            answer = e.read().decode()
-        assert re.search(r'"code":\s*-32022', answer), answer
-        assert '"2026-07-28"' in answer and '"2025-06-18"' in answer, answer
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            session = resp.headers["mcp-session-id"]
+            answer = json.loads(resp.read())
+        assert session and len(session) >= 16, session
+        assert answer["id"] == 1 and answer["result"]["protocolVersion"] == "2025-06-18", answer
+        assert answer["result"]["serverInfo"]["name"], answer
     finally:
         proxy.kill()
