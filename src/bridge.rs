@@ -193,6 +193,7 @@ impl Bridge {
             principal: principal.to_owned(),
             out,
             backend: Mutex::new(Backend::None),
+            in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_SSE_IN_FLIGHT)),
         };
         self.sse.insert(id.clone(), Arc::new(client));
         id
@@ -231,7 +232,13 @@ pub(crate) struct SseClient {
     /// What the stream sends (JSON-RPC messages).
     pub(crate) out: mpsc::Sender<Bytes>,
     backend: Mutex<Backend>,
+    /// Its messages being carried upstream: a POST is answered 202 at once, so this, not the
+    /// connection, bounds what one client has in flight.
+    pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
 }
+
+/// Messages one HTTP+SSE client may have in flight upstream; past it a POST gets 503.
+pub(crate) const MAX_SSE_IN_FLIGHT: usize = 32;
 
 /// What an HTTP+SSE client's session speaks to upstream.
 #[derive(Debug, Clone)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Request, Response, StatusCode};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::bridge::{answer_to, cancelled_upstream, with_client_id};
 use crate::app::App;
@@ -104,13 +104,19 @@ pub(super) async fn post(
         Ok(m) => m,
         Err(e) => return edge::fail(timer, &ProxyError::Parse(format!("{e:?}")), None),
     };
+    let Ok(permit) = Arc::clone(&client.in_flight).try_acquire_owned() else {
+        let e = ProxyError::Overloaded("too many messages in flight for this session".into());
+        return edge::fail(timer, &e, None);
+    };
     let backend = client.backend();
     let accepted = match (msg.method(), backend) {
         ("initialize", Backend::None) => initialize(app, client, msg, who).await,
         (_, Backend::None) => Err(ProxyError::InvalidRequest("initialize first".into())),
-        (_, Backend::Own(_, session)) => own_message(&client, &session, &msg, bytes).await,
+        (_, Backend::Own(_, session)) => {
+            own_message((&client, permit), &session, &msg, bytes).await
+        }
         (_, Backend::Relayed(session, version)) => {
-            relay_message(app, &client, (session, version), bytes, who);
+            relay_message(app, (&client, permit), (session, version), bytes, who);
             Ok(())
         }
     };
@@ -174,7 +180,7 @@ fn listen(client: &Arc<SseClient>, session: &Arc<Bridged>) {
 // One message to the client's own session; a request's answer (and what the upstream says
 // while it is open) goes on the stream.
 async fn own_message(
-    client: &Arc<SseClient>,
+    (client, permit): (&Arc<SseClient>, OwnedSemaphorePermit),
     session: &Arc<Bridged>,
     msg: &Message,
     bytes: &Bytes,
@@ -202,7 +208,7 @@ async fn own_message(
     };
     let (out, session, busy) = (client.out.clone(), Arc::clone(session), session.hold());
     tokio::spawn(async move {
-        let _busy = busy;
+        let _held = (busy, permit);
         let mut rx = routed.rx;
         while let Some(message) = rx.recv().await {
             let answer =
@@ -312,7 +318,7 @@ fn relay_get_stream(
 // One message to a relayed Streamable HTTP session; what it answers goes on the stream.
 fn relay_message(
     app: &Arc<App>,
-    client: &Arc<SseClient>,
+    (client, permit): (&Arc<SseClient>, OwnedSemaphorePermit),
     (session, version): (Option<HeaderValue>, String),
     bytes: &Bytes,
     who: &Principal,
@@ -327,6 +333,7 @@ fn relay_message(
     .body(body::full(bytes.clone()));
     let (app, out) = (Arc::clone(app), client.out.clone());
     tokio::spawn(async move {
+        let _permit = permit;
         let Ok(req) = req else { return };
         let Ok(resp) = app.pool.client().send(req).await else {
             return;
