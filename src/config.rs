@@ -18,6 +18,7 @@ mod results;
 mod server;
 mod state;
 mod tasks;
+mod telemetry;
 mod tools;
 mod transport;
 mod units;
@@ -41,6 +42,7 @@ pub use results::{CacheScope, RawResults, Results};
 pub use server::{ClientLimits, RawServer, Server, DEFAULT_LISTEN, MIN_HEADER_BYTES};
 pub use state::{HeldBounds, KeySources, RawState, Secret, State, MIN_SECRET_BYTES};
 pub use tasks::{RawTasks, TaskMode, Tasks};
+pub use telemetry::{RawTelemetry, Telemetry};
 pub use tools::ToolTable;
 pub use transport::{StdioCommand, UpstreamTransport, DEFAULT_MAX_PROCESSES};
 pub use units::{parse_duration, parse_size};
@@ -74,6 +76,8 @@ pub struct RawConfig {
     pub tasks: RawTasks,
     /// `[auth]`
     pub auth: RawAuth,
+    /// `[telemetry]`
+    pub telemetry: RawTelemetry,
 }
 
 /// The validated configuration: one field per table of the file.
@@ -103,6 +107,8 @@ pub struct Config {
     pub tasks: Tasks,
     /// `[auth]`: who a request speaks for; OAuth at the edge.
     pub auth: Auth,
+    /// `[telemetry]`: OpenTelemetry traces over OTLP.
+    pub telemetry: Telemetry,
 }
 
 impl Config {
@@ -133,6 +139,7 @@ impl Config {
             approval: Approval::from_raw(raw.approval)?,
             tasks: Tasks::from_raw(raw.tasks)?,
             auth: Auth::from_raw(raw.auth)?,
+            telemetry: Telemetry::from_raw(raw.telemetry)?,
         })
     }
 

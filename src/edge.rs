@@ -50,6 +50,16 @@ pub(crate) fn error(err: &ProxyError, id: Option<&RawValue>) -> Response<Body> {
 /// [`error`], and the request settled as failed.
 pub(crate) fn fail(timer: RequestTimer, err: &ProxyError, id: Option<&RawValue>) -> Response<Body> {
     let failure = Failure::of(err);
+    if crate::ops::telemetry::exporting() {
+        // The semantic conventions' `error.type`: the JSON-RPC code.
+        let code = err.to_error_object().code;
+        let span = tracing::Span::current();
+        tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(
+            &span,
+            "error.type",
+            code.to_string(),
+        );
+    }
     failure.log();
     settle(timer, Settled::failed(&failure));
     json(err.status(), err.extra_headers(), err.to_body_bytes(id))
@@ -100,6 +110,13 @@ pub(crate) fn settle(timer: RequestTimer, s: Settled) {
     let elapsed = timer.finish(s.outcome, s.upstream_failure);
     let span = tracing::Span::current();
     span.record("outcome", s.outcome.as_str());
+    if crate::ops::telemetry::exporting() {
+        tracing_opentelemetry::OpenTelemetrySpanExt::set_attribute(
+            &span,
+            "mrtr.outcome",
+            s.outcome.as_str(),
+        );
+    }
     span.record("duration_ms", elapsed.as_secs_f64() * 1000.0);
     if let Some(r) = s.round {
         span.record("round", r);

@@ -67,6 +67,8 @@ pub(crate) fn decode_mirrored(raw: &[u8]) -> Option<String> {
 pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let span = tracing::info_span!(
         "request",
+        otel.name = field::Empty,
+        otel.kind = "server",
         rpc.method = field::Empty,
         rpc.id = field::Empty,
         outcome = field::Empty,
@@ -335,6 +337,8 @@ async fn modern(
         Ok(r) => r,
         Err(e) => return edge::fail(timer, &e, id.as_deref()),
     };
+    let described = (request.method.as_str(), request.target(), request.id.get());
+    request.trace.describe(&span, described);
     let id = request.id.clone();
     match route(&app, request, who, inbound).await {
         Ok(Routed::Answered(resp)) => {

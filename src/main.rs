@@ -87,7 +87,8 @@ async fn main() -> ExitCode {
 }
 
 async fn serve(config: Config) -> ExitCode {
-    telemetry::init_with(config.log.format, &config.log.level);
+    let exporting =
+        telemetry::init_exporting(config.log.format, &config.log.level, &config.telemetry);
     server::raise_descriptor_limit();
     let mcp_path = config.server.mcp_path.clone();
     let admin_listen = config.admin.listen;
@@ -130,6 +131,10 @@ async fn serve(config: Config) -> ExitCode {
         eprintln!("mrtr-proxy admin on http://{}", bound(a));
     }
     server::serve(Listeners { main, admin }, app, shutdown::signal()).await;
+    if let Some(exporting) = exporting {
+        // The batch exporter's own thread blocks while it flushes.
+        let _ = tokio::task::spawn_blocking(move || exporting.shutdown()).await;
+    }
     ExitCode::SUCCESS
 }
 
@@ -170,5 +175,30 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
     if let Some(t) = &cli.state_ttl {
         c.state.ttl = config::parse_duration(t).map_err(|e| format!("--state-ttl: {e}"))?;
     }
+    c.telemetry = otel_env(c.telemetry)?;
     Ok(c)
+}
+
+// The standard OpenTelemetry variables win over `[telemetry]`.
+fn otel_env(mut t: config::Telemetry) -> Result<config::Telemetry, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if let Some(e) =
+        var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").or_else(|| var("OTEL_EXPORTER_OTLP_ENDPOINT"))
+    {
+        t.otlp_endpoint = Some(e);
+    }
+    if let Some(name) = var("OTEL_SERVICE_NAME") {
+        t.service_name = name;
+    }
+    match var("OTEL_TRACES_SAMPLER").as_deref() {
+        Some("always_on" | "parentbased_always_on") => t.sample_ratio = 1.0,
+        Some("always_off" | "parentbased_always_off") => t.sample_ratio = 0.0,
+        _ => {}
+    }
+    if let Some(arg) = var("OTEL_TRACES_SAMPLER_ARG") {
+        t.sample_ratio = arg
+            .parse()
+            .map_err(|_| format!("OTEL_TRACES_SAMPLER_ARG: `{arg}` is not a ratio"))?;
+    }
+    t.check().map_err(|e| e.to_string())
 }

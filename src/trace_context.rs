@@ -6,7 +6,11 @@
 //! resumed call included: a retry's own context).
 
 use http::{HeaderMap, HeaderName, HeaderValue};
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde_json::{Map, Value};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 /// The three keys, as `_meta` keys and header names.
 const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
@@ -68,13 +72,68 @@ impl TraceContext {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The context to send upstream for the current span: the proxy's own span as the parent
+    /// (same trace) when traces are exported, else the client's context as it came.
+    pub(crate) fn for_upstream(&self) -> Self {
+        if !crate::ops::telemetry::exporting() {
+            return self.clone();
+        }
+        let cx = tracing::Span::current().context();
+        let span = cx.span();
+        let sc = span.span_context();
+        if !sc.is_valid() {
+            return self.clone();
+        }
+        let flags = sc.trace_flags().to_u8();
+        let parent = format!("00-{}-{}-{flags:02x}", sc.trace_id(), sc.span_id());
+        let mut values = vec![("traceparent", parent)];
+        values.extend(
+            self.values
+                .iter()
+                .filter(|(k, _)| *k != "traceparent")
+                .cloned(),
+        );
+        Self { values }
+    }
+
+    /// Names the request's span `<method> <target>`, makes the client's context its parent and
+    /// sets the MCP semantic-convention attributes (no-ops when traces are not exported).
+    pub(crate) fn describe(&self, span: &tracing::Span, (method, target, id): (&str, &str, &str)) {
+        if !crate::ops::telemetry::exporting() {
+            return;
+        }
+        let name = if target.is_empty() {
+            method.to_owned()
+        } else {
+            format!("{method} {target}")
+        };
+        span.record("otel.name", name);
+        if self.is_valid() {
+            let carrier: std::collections::HashMap<String, String> = self
+                .values
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect();
+            let _ = span.set_parent(TraceContextPropagator::new().extract(&carrier));
+        }
+        span.set_attribute("mcp.method.name", method.to_owned());
+        span.set_attribute("mcp.protocol.version", crate::protocol::MODERN_VERSION);
+        span.set_attribute("jsonrpc.request.id", id.to_owned());
+        match method {
+            "tools/call" => span.set_attribute("gen_ai.tool.name", target.to_owned()),
+            "resources/read" => span.set_attribute("mcp.resource.uri", target.to_owned()),
+            "prompts/get" => span.set_attribute("gen_ai.prompt.name", target.to_owned()),
+            _ => {}
+        }
+    }
+
     /// Whether there is none.
     pub(crate) fn is_empty(&self) -> bool {
         self.values.is_empty()
     }
 
-    /// `params`' `_meta` with the context's keys it lacks (a client may send the context in
-    /// headers only; the upstream reads `_meta`).
+    /// `params`' `_meta` with this context (a client may send it in headers only, and with
+    /// traces exported the upstream's parent is the proxy's span; the upstream reads `_meta`).
     pub(crate) fn fill_meta(&self, params: &mut Map<String, Value>) {
         if self.is_empty() {
             return;
@@ -84,7 +143,7 @@ impl TraceContext {
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(meta) = meta {
             for (k, v) in &self.values {
-                meta.entry(*k).or_insert_with(|| Value::String(v.clone()));
+                meta.insert((*k).to_owned(), Value::String(v.clone()));
             }
         }
     }

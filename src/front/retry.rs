@@ -68,7 +68,7 @@ pub(super) async fn retry(
                 tx.send(Retry {
                     answers,
                     leg,
-                    credentials: who.credentials.and(req.trace.headers()),
+                    credentials: who.credentials.and(req.trace.for_upstream().headers()),
                     task_after,
                 })
                 .await

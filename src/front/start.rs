@@ -28,15 +28,16 @@ pub(super) fn start_call(
     let (leg, rx) = open_leg(&req);
     let gated = req.method == "tools/call" && app.config.approval.rule_for(req.target()).is_some();
     let task_after = task_after(app, &req);
+    let trace = req.trace.for_upstream();
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
-        upstream_params: crate::jsonrpc::raw(&req.upstream_params()),
+        upstream_params: crate::jsonrpc::raw(&req.upstream_params(&trace)),
         target: req.target().to_owned(),
         method: req.method,
         capabilities: req.capabilities,
         input_capable,
         principal: who.digest,
-        credentials: who.credentials.and(req.trace.headers()),
+        credentials: who.credentials.and(trace.headers()),
         replay_from,
         gated,
         task_after,

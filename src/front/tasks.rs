@@ -71,7 +71,7 @@ pub(super) async fn serve(
                 }
                 None => &Map::new(),
             };
-            let credentials = who.credentials.and(req.trace.headers());
+            let credentials = who.credentials.and(req.trace.for_upstream().headers());
             store.update(id, principal, answers, &credentials)?;
             json!({ "resultType": "complete" })
         }

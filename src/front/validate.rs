@@ -61,7 +61,7 @@ impl ModernRequest {
     /// The params to send upstream: without the retry fields, the modern `_meta` keys, and
     /// `task` (task augmentation is not offered here; a 2025-11-25 upstream would answer with a
     /// legacy task the client could not follow, so the call runs synchronously instead).
-    pub(super) fn upstream_params(&self) -> Value {
+    pub(super) fn upstream_params(&self, trace: &TraceContext) -> Value {
         let mut p = self.params.clone();
         p.remove("inputResponses");
         p.remove("requestState");
@@ -72,7 +72,7 @@ impl ModernRequest {
                 p.remove("_meta");
             }
         }
-        self.trace.fill_meta(&mut p);
+        trace.fill_meta(&mut p);
         Value::Object(p)
     }
 
@@ -406,7 +406,7 @@ mod tests {
         .unwrap();
         let r = validate(&good_headers("t"), m).unwrap();
         assert_eq!(
-            r.upstream_params(),
+            r.upstream_params(&r.trace),
             serde_json::json!({"name":"t","_meta":{"progressToken":5}})
         );
     }
