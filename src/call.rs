@@ -118,6 +118,8 @@ pub(crate) struct CallSpec {
     pub(crate) principal: String,
     /// What goes upstream for the principal: the latest leg's (a retry brings its own).
     pub(crate) credentials: Credentials,
+    /// With traces exported: the first leg's span as a `traceparent`, carried in the tokens.
+    pub(crate) origin: Option<String>,
     /// Request digest (method + target + arguments).
     pub(crate) request_digest: String,
     /// Tool or prompt name, or resource URI (picks the replay mode).

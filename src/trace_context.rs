@@ -127,6 +127,24 @@ impl TraceContext {
         }
     }
 
+    /// With traces exported, the `traceparent` of the proxy's span ([`Self::for_upstream`]'s).
+    pub(crate) fn exported_parent(&self) -> Option<String> {
+        crate::ops::telemetry::exporting()
+            .then(|| self.get("traceparent").map(str::to_owned))
+            .flatten()
+    }
+
+    /// Links `span` to the span `traceparent` names (a retry's span to its call's first leg).
+    pub(crate) fn link(span: &tracing::Span, traceparent: &str) {
+        if !crate::ops::telemetry::exporting() {
+            return;
+        }
+        let carrier =
+            std::collections::HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+        let cx = TraceContextPropagator::new().extract(&carrier);
+        span.add_link(cx.span().span_context().clone());
+    }
+
     /// Whether there is none.
     pub(crate) fn is_empty(&self) -> bool {
         self.values.is_empty()

@@ -113,6 +113,7 @@ impl Call {
             tokens.now(),
         );
         claims.replay = journal;
+        claims.origin.clone_from(&spec.origin);
         let token = match tokens.sign(&claims) {
             Ok(t) => t,
             Err(e) => return self.fail(ProxyError::Internal(e.to_string())).await,
@@ -169,7 +170,10 @@ impl Call {
             }
             return;
         }
-        if let Err(e) = self.deliver_answers(&retry.answers, &retry.credentials).await {
+        if let Err(e) = self
+            .deliver_answers(&retry.answers, &retry.credentials)
+            .await
+        {
             return self.fail(e).await;
         }
         self.ctx.metrics.resumed(claimed.elapsed());

@@ -253,6 +253,7 @@ mod tests {
             sealed: None,
             replay: None,
             approval: None,
+            origin: None,
         }
     }
 

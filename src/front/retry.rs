@@ -22,6 +22,7 @@ use crate::error::ProxyError;
 use crate::ops::metrics::{self, RequestTimer, TokenRejection};
 use crate::state::replay::Replayer;
 use crate::state::{request_digest, Claims, TokenError};
+use crate::trace_context::TraceContext;
 
 /// Where a retry went: to a call here (its leg), to the owner (its answer), or answered at
 /// once (an approval declined or asked again).
@@ -45,6 +46,9 @@ pub(super) async fn retry(
     let claims = app
         .tokens
         .verify(token, &who.digest, &digest, app.tokens.now())?;
+    if let Some(origin) = &claims.origin {
+        TraceContext::link(&tracing::Span::current(), origin);
+    }
     let answers: Map<String, Value> = match req.params.get("inputResponses") {
         None => Map::new(),
         Some(Value::Object(m)) => m.clone(),

@@ -38,6 +38,7 @@ pub(super) fn start_call(
         input_capable,
         principal: who.digest,
         credentials: who.credentials.and(trace.headers()),
+        origin: trace.exported_parent(),
         replay_from,
         gated,
         task_after,

@@ -56,6 +56,10 @@ pub(crate) struct Claims {
     /// was shown. Such a token names no parked call: its handle is random.
     #[serde(rename = "ap", default, skip_serializing_if = "Option::is_none")]
     pub(crate) approval: Option<String>,
+    /// With traces exported: the `traceparent` of the call's first leg as the proxy's span (a
+    /// trace and a span id, not secret), so each retry's span links to it, on any replica.
+    #[serde(rename = "tp", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) origin: Option<String>,
 }
 
 /// Why a requestState was refused. Every variant is a client-side failure (-32602).
@@ -168,6 +172,7 @@ impl TokenCodec {
             sealed: None,
             replay: None,
             approval: None,
+            origin: None,
         }
     }
 
