@@ -252,6 +252,11 @@ pub(crate) enum Backend {
 }
 
 impl SseClient {
+    /// Whether the client's own upstream session behind it is gone.
+    pub(crate) fn upstream_gone(&self) -> bool {
+        matches!(self.backend(), Backend::Own(_, s) if s.is_dead())
+    }
+
     /// What the session speaks to.
     pub(crate) fn backend(&self) -> Backend {
         lock(&self.backend).clone()

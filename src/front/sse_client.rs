@@ -18,9 +18,9 @@ use crate::body::{self, Body};
 use crate::bridge::{Backend, Bridged, Refused, SseClient};
 use crate::edge::{self, Settled, SseWriter};
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, Kind, Message};
+use crate::jsonrpc::{self, ErrorObject, Kind, Message};
 use crate::ops::metrics::{Outcome, RequestTimer};
-use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
+use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER, VERSION_HEADER};
 use crate::upstream::{Credentials, MessageStream, UpstreamError};
 
 /// Messages the stream may fall behind by before a producer waits.
@@ -96,7 +96,9 @@ pub(super) async fn post(
         .unwrap_or_default()
         .split('&')
         .find_map(|kv| kv.strip_prefix("sessionId="));
-    let Some(client) = id.and_then(|id| app.bridge.sse(id, &who.digest)) else {
+    let client = id.and_then(|id| app.bridge.sse(id, &who.digest).map(|c| (id, c)));
+    // A session whose own upstream session died is over: its stream is being closed.
+    let Some((id, client)) = client.filter(|(_, c)| !c.upstream_gone()) else {
         edge::settle(timer, Settled::with(Outcome::ClientError));
         return edge::text(StatusCode::NOT_FOUND, "session not found\n");
     };
@@ -110,7 +112,7 @@ pub(super) async fn post(
     };
     let backend = client.backend();
     let accepted = match (msg.method(), backend) {
-        ("initialize", Backend::None) => initialize(app, client, msg, who).await,
+        ("initialize", Backend::None) => initialize(app, (id, client), msg, who).await,
         (_, Backend::None) => Err(ProxyError::InvalidRequest("initialize first".into())),
         (_, Backend::Own(_, session)) => {
             own_message((&client, permit), &session, &msg, bytes).await
@@ -132,7 +134,7 @@ pub(super) async fn post(
 // `initialize`: the session behind the stream, answered on the stream.
 async fn initialize(
     app: &Arc<App>,
-    client: Arc<SseClient>,
+    (sse_id, client): (&str, Arc<SseClient>),
     msg: Message,
     who: &Principal,
 ) -> Result<(), ProxyError> {
@@ -155,24 +157,30 @@ async fn initialize(
     } else {
         let (id, session) = app.bridge.register(&who.digest, own);
         client.set_backend(Backend::Own(id, Arc::clone(&session)));
-        listen(&client, &session);
+        listen(app, (sse_id, &client), &session);
     }
     let _ = client.out.send(Bytes::from(answer)).await;
     Ok(())
 }
 
-// What the client's own session says outside its requests goes on the stream too.
-fn listen(client: &Arc<SseClient>, session: &Arc<Bridged>) {
+// What the client's own session says outside its requests goes on the stream too; when that
+// session dies (its child exited), the HTTP+SSE session ends with it: the stream closes once
+// the requests in flight got their errors, and the id answers 404.
+fn listen(app: &Arc<App>, (sse_id, client): (&str, &Arc<SseClient>), session: &Arc<Bridged>) {
     let Some(mut rx) = session.listen(STREAM_BUFFER) else {
         return;
     };
     let (out, busy) = (client.out.clone(), session.hold());
+    let (app, sse_id, session) = (Arc::clone(app), sse_id.to_owned(), Arc::clone(session));
     tokio::spawn(async move {
         let _busy = busy;
         while let Some(message) = rx.recv().await {
             if out.send(message).await.is_err() {
                 break;
             }
+        }
+        if session.is_dead() {
+            app.bridge.close_sse(&sse_id);
         }
     });
 }
@@ -210,7 +218,19 @@ async fn own_message(
     tokio::spawn(async move {
         let _held = (busy, permit);
         let mut rx = routed.rx;
-        while let Some(message) = rx.recv().await {
+        loop {
+            let Some(message) = rx.recv().await else {
+                // The upstream went away before the answer.
+                let e = ErrorObject {
+                    code: INTERNAL_ERROR,
+                    message: "the upstream session ended".into(),
+                    data: None,
+                };
+                let _ = out
+                    .send(jsonrpc::error_bytes(Some(&client_id), &e).into())
+                    .await;
+                break;
+            };
             let answer =
                 answer_to(&message, id).and_then(|()| with_client_id(&message, &client_id));
             let done = answer.is_some();
