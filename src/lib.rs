@@ -18,10 +18,10 @@
 //! [`ops`].
 
 pub mod app;
+mod auth;
 #[doc(hidden)]
 pub mod benching;
 pub mod body;
-mod auth;
 mod bridge;
 mod call;
 pub mod cli;

@@ -14,8 +14,11 @@ const SECOND: &str = "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01";
 // A tools/call of `ask` whose `_meta` carries `meta` and whose headers carry `headers`.
 async fn call(proxy: &TestProxy, params: Value, headers: &[(&str, &str)]) -> Value {
     let mut c = proxy.client(all_caps());
-    c.headers
-        .extend(headers.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+    c.headers.extend(
+        headers
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    );
     let ex = c.request("tools/call", params).await.unwrap();
     ex.result().clone()
 }
@@ -33,7 +36,12 @@ async fn the_meta_traceparent_reaches_the_upstream_and_a_retry_brings_its_own() 
     script_ask(&mock);
     let proxy = start(&mock, "").await;
     let meta = json!({"traceparent": FIRST, "tracestate": "vendor=1"});
-    let first = call(&proxy, json!({"name": "ask", "arguments": {}, "_meta": meta}), &[]).await;
+    let first = call(
+        &proxy,
+        json!({"name": "ask", "arguments": {}, "_meta": meta}),
+        &[],
+    )
+    .await;
     assert_eq!(first["resultType"], "input_required", "{first}");
     let up = upstream_call(&mock);
     assert_eq!(up["params"]["_meta"]["traceparent"], FIRST);
@@ -44,14 +52,23 @@ async fn the_meta_traceparent_reaches_the_upstream_and_a_retry_brings_its_own() 
         "requestState": first["requestState"], "_meta": {"traceparent": SECOND}});
     let done = call(&proxy, retry, &[]).await;
     assert_eq!(done["resultType"], "complete", "{done}");
-    let answer = header_of(&mock, "traceparent", |m| m.get("method").is_none() && m["id"] == 1);
-    assert_eq!(answer, [Some(SECOND.to_owned())], "the answer carries the retry's context");
+    let answer = header_of(&mock, "traceparent", |m| {
+        m.get("method").is_none() && m["id"] == 1
+    });
+    assert_eq!(
+        answer,
+        [Some(SECOND.to_owned())],
+        "the answer carries the retry's context"
+    );
 }
 
 #[tokio::test]
 async fn a_traceparent_header_fills_the_upstream_meta_and_a_malformed_one_is_dropped() {
     let mock = Mock::start().await;
-    mock.script("ask", vec![vec![crate::support::mock::Step::Reply(json!({"content": []}))]; 2]);
+    mock.script(
+        "ask",
+        vec![vec![crate::support::mock::Step::Reply(json!({"content": []}))]; 2],
+    );
     let proxy = start(&mock, "").await;
     let params = json!({"name": "ask", "arguments": {}});
     let headers = [("traceparent", FIRST), ("baggage", "user=ada")];
@@ -61,7 +78,11 @@ async fn a_traceparent_header_fills_the_upstream_meta_and_a_malformed_one_is_dro
     assert_eq!(up["params"]["_meta"]["traceparent"], FIRST);
     assert_eq!(up["params"]["_meta"]["baggage"], "user=ada");
     call(&proxy, params, &[("traceparent", "00-not-hex-01")]).await;
-    let calls: Vec<Value> = mock.posted().into_iter().filter(|m| m["method"] == "tools/call").collect();
+    let calls: Vec<Value> = mock
+        .posted()
+        .into_iter()
+        .filter(|m| m["method"] == "tools/call")
+        .collect();
     assert_eq!(calls.len(), 2);
     assert!(calls[1]["params"].get("_meta").is_none(), "{}", calls[1]);
 }

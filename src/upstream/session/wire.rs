@@ -45,9 +45,15 @@ pub(super) async fn handshake(
 ) -> Result<(Option<HeaderValue>, Value), UpstreamError> {
     let init = init_params(params);
     let body = jsonrpc::request_bytes(0, "initialize", jsonrpc::raw(&init).as_deref());
-    let req = base_request(client, Method::POST, None, None, &params.credentials.current())
-        .body(body::full(body))
-        .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
+    let req = base_request(
+        client,
+        Method::POST,
+        None,
+        None,
+        &params.credentials.current(),
+    )
+    .body(body::full(body))
+    .map_err(|e| UpstreamError::Protocol(e.to_string()))?;
     let resp = client.send(req).await?;
     if !resp.status().is_success() {
         return Err(UpstreamError::from_status(&resp));
