@@ -199,3 +199,24 @@ async fn a_modern_client_is_served_while_a_legacy_session_is_mid_call() {
     assert_eq!(legacy.post(&answer).await.0, StatusCode::ACCEPTED);
     assert_eq!(text_of(&call.next().await), "Hello, Ada!");
 }
+
+#[tokio::test]
+async fn the_approval_gate_asks_inline_and_an_approved_call_runs_on_the_clients_own_child() {
+    let mut rec = Recorder::new();
+    let gate = "\n[approval.tools.pid]\nmessage = \"Run pid?\"\n";
+    let p = stdio_proxy(&rec, gate).await;
+    let mut c = Legacy::new(&p);
+    c.initialize("c").await;
+    let mut call = c.call(json!("gated-1"), "pid").await;
+    let ask = call.next().await;
+    assert_eq!(ask["method"], "elicitation/create", "{ask}");
+    assert_eq!(ask["params"]["message"], "Run pid?");
+    let yes = json!({"jsonrpc": "2.0", "id": ask["id"],
+        "result": {"action": "accept", "content": {"approve": true}}});
+    assert_eq!(c.post(&yes).await.0, StatusCode::ACCEPTED);
+    let done = call.next().await;
+    assert_eq!(done["id"], "gated-1", "{done}");
+    let pid: u32 = text_of(&done).parse().expect("the child's pid");
+    let (child, _) = rec.child_of("c").await;
+    assert_eq!(pid, child, "it ran on the client's own child");
+}
