@@ -118,7 +118,9 @@ impl TraceContext {
         }
         span.set_attribute("mcp.method.name", method.to_owned());
         span.set_attribute("mcp.protocol.version", crate::protocol::MODERN_VERSION);
-        span.set_attribute("jsonrpc.request.id", id.to_owned());
+        // A string id as its text, a number as written.
+        let id = serde_json::from_str::<String>(id).unwrap_or_else(|_| id.to_owned());
+        span.set_attribute("jsonrpc.request.id", id);
         match method {
             "tools/call" => span.set_attribute("gen_ai.tool.name", target.to_owned()),
             "resources/read" => span.set_attribute("mcp.resource.uri", target.to_owned()),

@@ -69,9 +69,9 @@ fn install(format: LogFormat, level: &str, exporting: Option<&Exporting>) -> Res
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .boxed(),
     };
+    // Each layer has its own filter: the log level must not decide which spans are exported.
     tracing_subscriber::registry()
-        .with(filter)
-        .with(logs)
+        .with(logs.with_filter(filter))
         .with(exporting.map(Exporting::layer))
         .try_init()
         .map_err(|e| e.to_string())

@@ -77,7 +77,16 @@ impl Exporting {
         S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a> + Send + Sync,
     {
         let tracer = self.provider.tracer("mrtr-proxy");
-        tracing_opentelemetry::layer().with_tracer(tracer).boxed()
+        // The proxy's own spans at info and above: never its dependencies', whatever RUST_LOG.
+        let spans = tracing_subscriber::filter::Targets::new()
+            .with_target("mrtr_proxy", tracing::Level::INFO);
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            // A request's span starts when its parent (the client's context, known once the
+            // body is read) and name are set, not when it is first entered.
+            .with_context_activation(false)
+            .with_filter(spans)
+            .boxed()
     }
 
     /// Flushes the queue and stops exporting (at exit).
