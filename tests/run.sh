@@ -13,10 +13,13 @@ if ! "$interop/.venv/mcp1/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 1.3
 fi
 if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$' \
    || ! "$interop/.venv/mcp2/bin/pip" show pytest >/dev/null 2>&1 \
-   || ! "$interop/.venv/mcp2/bin/pip" show cryptography 2>/dev/null | grep -q '^Version: 50.0.2$'; then
+   || ! "$interop/.venv/mcp2/bin/pip" show cryptography 2>/dev/null | grep -q '^Version: 50.0.2$' \
+   || ! "$interop/.venv/mcp2/bin/pip" show opentelemetry-proto 2>/dev/null | grep -q '^Version: 1.45.2$'; then
   python3 -m venv "$interop/.venv/mcp2"
-  # cryptography makes the ES256 / EdDSA key files of test_keys.py.
-  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'cryptography==50.0.2'
+  # cryptography makes the ES256 / EdDSA key files of test_keys.py; opentelemetry-proto decodes
+  # OTLP/HTTP protobuf in the test trace receiver (tests/interop/otlp_receiver.py).
+  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'cryptography==50.0.2' \
+    'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
 fi
 # FastMCP's tasks client (tests/interop/clients/py_tasks_client.py): a second ecosystem's client
 # of the tasks extension; it pins fastmcp-slim 4.1.4 itself.
