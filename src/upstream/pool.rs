@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::changes::{Change, ChangeFeed, Recent};
+use super::changes::{Change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
@@ -48,8 +48,6 @@ pub(crate) struct SessionPool {
     ready: AtomicBool,
     /// Change notifications from every session, for `subscriptions/listen`.
     changes: broadcast::Sender<Change>,
-    /// Change notifications published lately (copies from other sessions are dropped).
-    recent_changes: Arc<Recent>,
     /// Woken when a session goes back to idle (a waiting lease may take or evict it).
     returned: Notify,
     /// Leases waiting in [`SessionPool::acquire`].
@@ -118,7 +116,6 @@ impl SessionPool {
             permits,
             ready: AtomicBool::new(false),
             changes: broadcast::channel(CHANGE_BACKLOG).0,
-            recent_changes: Arc::default(),
             returned: Notify::new(),
             waiters: AtomicUsize::new(0),
             closing: TaskTracker::new(),
@@ -218,7 +215,6 @@ impl SessionPool {
             changes: ChangeFeed {
                 tx: self.changes.clone(),
                 principal: Arc::from(principal),
-                recent: Arc::clone(&self.recent_changes),
             },
         };
         let opened = self

@@ -130,7 +130,6 @@ mod tests {
             changes: ChangeFeed {
                 tx: broadcast::channel(1).0,
                 principal: Arc::from("p"),
-                recent: Arc::default(),
             },
         };
         let permit = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
