@@ -25,6 +25,17 @@ mod idle;
 use idle::Idle;
 pub(crate) use idle::ResponseBody;
 
+/// A connector for any origin, http or https (rustls with the Mozilla roots): for the rare
+/// requests outside the one-origin clients (the authorization server, the trace collector).
+pub(crate) fn https_connector(
+) -> hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector> {
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_webpki_roots()
+        .https_or_http()
+        .enable_http1()
+        .build()
+}
+
 /// Why a request got no response.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ClientError {

@@ -21,5 +21,5 @@ pub(crate) use credentials::Credentials;
 pub(crate) use link::{Link, Owner, SinkFuture};
 pub(crate) use own::OwnSession;
 pub(crate) use pool::{Lease, SessionPool};
-pub(crate) use session::{ListenerPin, Session};
+pub(crate) use session::{base_request, ListenerPin, Session};
 pub(crate) use stream::{MessageStream, ResponseStream};

@@ -35,11 +35,7 @@ pub(crate) struct Fetcher {
 impl Fetcher {
     /// A client giving each request `timeout` in all, counting them in `metrics`.
     pub(crate) fn new(timeout: Duration, metrics: Arc<Metrics>) -> Self {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let https = crate::http_client::https_connector();
         Self {
             client: Client::builder(TokioExecutor::new()).build(https),
             timeout,

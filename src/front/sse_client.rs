@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response, StatusCode};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::bridge::{answer_to, cancelled_upstream, with_client_id};
@@ -20,8 +20,8 @@ use crate::edge::{self, Settled, SseWriter};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
 use crate::ops::metrics::{Outcome, RequestTimer};
-use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER, VERSION_HEADER};
-use crate::upstream::{Credentials, MessageStream, UpstreamError};
+use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER};
+use crate::upstream::{base_request, Credentials, MessageStream, UpstreamError};
 
 /// Messages the stream may fall behind by before a producer waits.
 const STREAM_BUFFER: usize = 64;
@@ -377,16 +377,6 @@ fn upstream_request(
     version: Option<&str>,
     credentials: &Credentials,
 ) -> http::request::Builder {
-    let mut b = Request::builder()
-        .method(method)
-        .uri(app.pool.client().uri().clone())
-        .header(header::ACCEPT, "application/json, text/event-stream")
-        .header(header::CONTENT_TYPE, "application/json");
-    if let Some(s) = session {
-        b = b.header(SESSION_HEADER, s.clone());
-    }
-    if let Some(v) = version.filter(|v| !v.is_empty()) {
-        b = b.header(VERSION_HEADER, v);
-    }
-    credentials.apply(b)
+    let version = version.filter(|v| !v.is_empty());
+    base_request(app.pool.client(), method, session, version, credentials)
 }

@@ -28,8 +28,8 @@ mod get_stream;
 mod request;
 mod wire;
 
-use wire::{base_request, close_with, drain, handshake, init_params, initialize_result};
-pub(crate) use wire::{legacy_capabilities, Handshake, SessionParams};
+pub(crate) use wire::{base_request, legacy_capabilities, Handshake, SessionParams};
+use wire::{close_with, drain, handshake, init_params, initialize_result};
 
 /// A live legacy session.
 #[derive(Debug)]

@@ -109,11 +109,7 @@ struct OnRuntime {
 
 impl OnRuntime {
     fn new(timeout: Duration) -> Self {
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_webpki_roots()
-            .https_or_http()
-            .enable_http1()
-            .build();
+        let https = crate::http_client::https_connector();
         Self {
             client: opentelemetry_http::hyper::HyperClient::new(https, timeout, None),
             runtime: tokio::runtime::Handle::try_current().ok(),

@@ -100,7 +100,7 @@ pub(super) async fn close_with(link: &Link, e: UpstreamError) -> UpstreamError {
     e
 }
 
-pub(super) fn base_request(
+pub(crate) fn base_request(
     client: &UpstreamClient,
     method: Method,
     session: Option<&HeaderValue>,
