@@ -9,8 +9,8 @@
 //!
 //! Legacy servers notify changes per session, usually on the session where they happened (a tool
 //! that adds a tool notifies its caller's session). So a listen stream takes changes from *every*
-//! upstream session of its principal, not only its own; the same change seen on several sessions
-//! arrives more than once, which is harmless for these level-triggered notifications.
+//! upstream session of its principal, not only its own. A change every session notifies arrives
+//! once: the feed gathers its copies and publishes it when they stop (`upstream::changes`).
 
 use std::collections::HashSet;
 use std::sync::Arc;

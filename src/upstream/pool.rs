@@ -14,7 +14,7 @@ use tokio::sync::{broadcast, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 
-use super::changes::{Change, ChangeFeed};
+use super::changes::{Change, ChangeFeed, Changes};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
@@ -47,7 +47,7 @@ pub(crate) struct SessionPool {
     permits: Arc<Semaphore>,
     ready: AtomicBool,
     /// Change notifications from every session, for `subscriptions/listen`.
-    changes: broadcast::Sender<Change>,
+    changes: Arc<Changes>,
     /// Woken when a session goes back to idle (a waiting lease may take or evict it).
     returned: Notify,
     /// Leases waiting in [`SessionPool::acquire`].
@@ -115,7 +115,7 @@ impl SessionPool {
             idle: Mutex::new(HashMap::new()),
             permits,
             ready: AtomicBool::new(false),
-            changes: broadcast::channel(CHANGE_BACKLOG).0,
+            changes: Changes::new(CHANGE_BACKLOG),
             returned: Notify::new(),
             waiters: AtomicUsize::new(0),
             closing: TaskTracker::new(),
@@ -213,7 +213,7 @@ impl SessionPool {
             protocol_version: self.protocol_version.clone(),
             default_roots: Arc::clone(&self.default_roots),
             changes: ChangeFeed {
-                tx: self.changes.clone(),
+                changes: Arc::clone(&self.changes),
                 principal: Arc::from(principal),
             },
         };

@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::changes::{is_change, Change, ChangeFeed};
+use super::changes::{is_change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
 use super::credentials::{Credentials, LiveCredentials};
 use super::link::{Link, Owner, SinkFuture};
@@ -254,11 +254,7 @@ impl Session {
     /// listen stream of this session's principal. Other notifications are ignored.
     pub(crate) fn publish_change(&self, method: &str, message: &Bytes) {
         if is_change(method) {
-            // No receiver (nobody listening) is not an error.
-            let _ = self.changes.tx.send(Change {
-                principal: Arc::clone(&self.changes.principal),
-                message: message.clone(),
-            });
+            self.changes.publish(message);
         }
     }
 

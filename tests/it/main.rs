@@ -14,6 +14,7 @@ mod approval;
 mod architecture;
 mod auth;
 mod bridge;
+mod changes;
 mod cluster;
 mod config_docs;
 // Reads CPU time from /proc.

@@ -94,7 +94,7 @@ mod tests {
     use hyper::body::{Bytes, Incoming};
     use hyper_util::rt::TokioIo;
     use tokio::net::TcpListener;
-    use tokio::sync::{broadcast, Semaphore};
+    use tokio::sync::Semaphore;
 
     use super::*;
     use crate::upstream::changes::ChangeFeed;
@@ -128,7 +128,7 @@ mod tests {
             protocol_version: "2025-06-18".into(),
             default_roots: Arc::new(Vec::new()),
             changes: ChangeFeed {
-                tx: broadcast::channel(1).0,
+                changes: crate::upstream::changes::Changes::new(1),
                 principal: Arc::from("p"),
             },
         };
