@@ -28,6 +28,15 @@ const POLICY_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// Bytes of randomness in a generated instance id.
 const INSTANCE_ID_BYTES: usize = 9;
 
+/// This instance's id: `state.instance_id`, or a random one written there (once; the app, its
+/// tokens and its exported traces' `service.instance.id` all use the same).
+pub fn fix_instance_id(state: &mut crate::config::State) -> String {
+    state
+        .instance_id
+        .get_or_insert_with(|| random_id(INSTANCE_ID_BYTES))
+        .clone()
+}
+
 /// Everything a request needs, shared behind one `Arc`.
 #[derive(Debug)]
 pub struct App {
@@ -120,14 +129,10 @@ impl App {
     ///
     /// # Errors
     /// [`StartError`] when a configured key, key set or secret cannot be read or used.
-    pub fn new(config: Config) -> Result<Arc<Self>, StartError> {
+    pub fn new(mut config: Config) -> Result<Arc<Self>, StartError> {
         let keys = signing_keys(&config)?;
         let pool = SessionPool::new(&config.upstream, config.pool.clone());
-        let issuer = config
-            .state
-            .instance_id
-            .clone()
-            .unwrap_or_else(|| random_id(INSTANCE_ID_BYTES));
+        let issuer = fix_instance_id(&mut config.state);
         let metrics = Arc::new(Metrics::default());
         let auth = Authenticator::new(
             &config.auth,

@@ -120,6 +120,9 @@ pub(crate) struct CallSpec {
     pub(crate) credentials: Credentials,
     /// With traces exported: the first leg's span as a `traceparent`, carried in the tokens.
     pub(crate) origin: Option<String>,
+    /// With traces exported: the client span of the upstream call (ends with the actor); the
+    /// task's transitions are its events.
+    pub(crate) upstream_span: tracing::Span,
     /// Request digest (method + target + arguments).
     pub(crate) request_digest: String,
     /// Tool or prompt name, or resource URI (picks the replay mode).

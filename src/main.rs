@@ -86,9 +86,13 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn serve(config: Config) -> ExitCode {
-    let exporting =
-        telemetry::init_exporting(config.log.format, &config.log.level, &config.telemetry);
+async fn serve(mut config: Config) -> ExitCode {
+    let instance = mrtr_proxy::app::fix_instance_id(&mut config.state);
+    let exporting = telemetry::init_exporting(
+        config.log.format,
+        &config.log.level,
+        (&config.telemetry, &instance),
+    );
     server::raise_descriptor_limit();
     let mcp_path = config.server.mcp_path.clone();
     let admin_listen = config.admin.listen;

@@ -4,10 +4,18 @@
 //! request's `params._meta` (filled from the headers when the client put it only there) and, on
 //! an HTTP upstream, the same-named headers of every request of the leg (the answers of a
 //! resumed call included: a retry's own context).
+//!
+//! With traces exported (`ops::telemetry`), each request is a server span named and attributed
+//! by the MCP semantic conventions ([`TraceContext::describe`]); the upstream call, and the
+//! answers each retry or `tasks/update` delivers, are client spans under it, and the upstream's
+//! parent is that client span. What happens to a call between requests is events: `mrtr.park`,
+//! `mrtr.resume`, `mrtr.forward`, `mrtr.replay` on the request's span, and the task's
+//! transitions (`mrtr.task.*`) on the upstream call's span. A retry links to its call's first leg.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde_json::{Map, Value};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -72,20 +80,13 @@ impl TraceContext {
             .map(|(_, v)| v.as_str())
     }
 
-    /// The context to send upstream for the current span: the proxy's own span as the parent
-    /// (same trace) when traces are exported, else the client's context as it came.
-    pub(crate) fn for_upstream(&self) -> Self {
-        if !crate::ops::telemetry::exporting() {
+    /// The context to send upstream for a request in `span` (a client span of the upstream
+    /// request): that span as the parent (same trace) when traces are exported, else the
+    /// client's context as it came.
+    pub(crate) fn for_span(&self, span: &tracing::Span) -> Self {
+        let Some(parent) = traceparent_of(span) else {
             return self.clone();
-        }
-        let cx = tracing::Span::current().context();
-        let span = cx.span();
-        let sc = span.span_context();
-        if !sc.is_valid() {
-            return self.clone();
-        }
-        let flags = sc.trace_flags().to_u8();
-        let parent = format!("00-{}-{}-{flags:02x}", sc.trace_id(), sc.span_id());
+        };
         let mut values = vec![("traceparent", parent)];
         values.extend(
             self.values
@@ -96,18 +97,48 @@ impl TraceContext {
         Self { values }
     }
 
+    /// A client span for the upstream request `<method> <target>` (the call itself, or the
+    /// answers a retry delivers), the child of the current span; none when traces are not
+    /// exported. The upstream's parent is this span (see [`Self::for_span`]); it ends when
+    /// dropped.
+    pub(crate) fn client_span(method: &str, target: &str) -> tracing::Span {
+        let span = client(|| span_name(method, target));
+        if !span.is_none() {
+            mcp_attributes(&span, method, target);
+        }
+        span
+    }
+
+    /// A client span for the client's answers a retry or a `tasks/update` delivers upstream
+    /// (responses to the upstream's requests), as [`Self::client_span`].
+    pub(crate) fn answers_span() -> tracing::Span {
+        client(|| "inputResponses".to_owned())
+    }
+
+    /// With traces exported, the current span as a `traceparent` (what a retry links to).
+    pub(crate) fn current_parent() -> Option<String> {
+        traceparent_of(&tracing::Span::current())
+    }
+
+    /// Adds the event `name` to `span`, with the attributes `attributes` builds (only built,
+    /// and only added, when traces are exported).
+    pub(crate) fn event(
+        span: &tracing::Span,
+        name: &'static str,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) {
+        if crate::ops::telemetry::exporting() {
+            span.add_event(name, attributes());
+        }
+    }
+
     /// Names the request's span `<method> <target>`, makes the client's context its parent and
     /// sets the MCP semantic-convention attributes (no-ops when traces are not exported).
     pub(crate) fn describe(&self, span: &tracing::Span, (method, target, id): (&str, &str, &str)) {
         if !crate::ops::telemetry::exporting() {
             return;
         }
-        let name = if target.is_empty() {
-            method.to_owned()
-        } else {
-            format!("{method} {target}")
-        };
-        span.record("otel.name", name);
+        span.record("otel.name", span_name(method, target));
         if self.is_valid() {
             let carrier: std::collections::HashMap<String, String> = self
                 .values
@@ -116,24 +147,11 @@ impl TraceContext {
                 .collect();
             let _ = span.set_parent(TraceContextPropagator::new().extract(&carrier));
         }
-        span.set_attribute("mcp.method.name", method.to_owned());
+        mcp_attributes(span, method, target);
         span.set_attribute("mcp.protocol.version", crate::protocol::MODERN_VERSION);
         // A string id as its text, a number as written.
         let id = serde_json::from_str::<String>(id).unwrap_or_else(|_| id.to_owned());
         span.set_attribute("jsonrpc.request.id", id);
-        match method {
-            "tools/call" => span.set_attribute("gen_ai.tool.name", target.to_owned()),
-            "resources/read" => span.set_attribute("mcp.resource.uri", target.to_owned()),
-            "prompts/get" => span.set_attribute("gen_ai.prompt.name", target.to_owned()),
-            _ => {}
-        }
-    }
-
-    /// With traces exported, the `traceparent` of the proxy's span ([`Self::for_upstream`]'s).
-    pub(crate) fn exported_parent(&self) -> Option<String> {
-        crate::ops::telemetry::exporting()
-            .then(|| self.get("traceparent").map(str::to_owned))
-            .flatten()
     }
 
     /// Links `span` to the span `traceparent` names (a retry's span to its call's first leg).
@@ -174,6 +192,55 @@ impl TraceContext {
             .iter()
             .filter_map(|(k, v)| Some((HeaderName::from_static(k), HeaderValue::from_str(v).ok()?)))
     }
+}
+
+// A client span named `name()`, the child of the current span (none when not exporting).
+fn client(name: impl FnOnce() -> String) -> tracing::Span {
+    if !crate::ops::telemetry::exporting() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        "upstream",
+        otel.name = tracing::field::Empty,
+        otel.kind = "client"
+    );
+    span.record("otel.name", name());
+    span
+}
+
+// A span's name by the MCP conventions: `<method> <target>`, or the method alone.
+fn span_name(method: &str, target: &str) -> String {
+    if target.is_empty() {
+        method.to_owned()
+    } else {
+        format!("{method} {target}")
+    }
+}
+
+// The method and its target, as the MCP conventions name them.
+fn mcp_attributes(span: &tracing::Span, method: &str, target: &str) {
+    span.set_attribute("mcp.method.name", method.to_owned());
+    match method {
+        "tools/call" => span.set_attribute("gen_ai.tool.name", target.to_owned()),
+        "resources/read" => span.set_attribute("mcp.resource.uri", target.to_owned()),
+        "prompts/get" => span.set_attribute("gen_ai.prompt.name", target.to_owned()),
+        _ => {}
+    }
+}
+
+// With traces exported, `span`'s context as a `traceparent` (`None` without a valid one).
+fn traceparent_of(span: &tracing::Span) -> Option<String> {
+    if !crate::ops::telemetry::exporting() {
+        return None;
+    }
+    let cx = span.context();
+    let otel = cx.span();
+    let sc = otel.span_context();
+    if !sc.is_valid() {
+        return None;
+    }
+    let flags = sc.trace_flags().to_u8();
+    Some(format!("00-{}-{}-{flags:02x}", sc.trace_id(), sc.span_id()))
 }
 
 #[cfg(test)]

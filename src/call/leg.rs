@@ -23,6 +23,8 @@ pub(crate) struct Leg {
     pub(crate) progress_token: Option<Value>,
     /// `io.modelcontextprotocol/logLevel` of this exchange.
     pub(crate) log_level: Option<String>,
+    /// The request's span (where the actor records what it does for this exchange).
+    pub(crate) span: tracing::Span,
 }
 
 /// What the actor sends to the current leg.
@@ -98,7 +100,8 @@ impl Outcome {
 }
 
 impl Leg {
-    /// A new leg for request `id`, and the receiver the edge answers the client from.
+    /// A new leg for request `id` (of the current span), and the receiver the edge answers the
+    /// client from.
     pub(crate) fn open(
         id: Box<RawValue>,
         progress_token: Option<Value>,
@@ -110,6 +113,7 @@ impl Leg {
             tx,
             progress_token,
             log_level,
+            span: tracing::Span::current(),
         };
         (leg, rx)
     }

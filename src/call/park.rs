@@ -18,7 +18,9 @@ use crate::jsonrpc::{self, ErrorObject, Message};
 use crate::ops::metrics::Limit;
 use crate::protocol::{INTERNAL_ERROR, INVALID_PARAMS};
 use crate::state::random_id;
+use crate::trace_context::TraceContext;
 use crate::upstream::{Credentials, Session, UpstreamError};
+use opentelemetry::KeyValue;
 
 /// Bytes of randomness in a parked call's handle.
 const HANDLE_BYTES: usize = 16;
@@ -129,6 +131,12 @@ impl Call {
         let Some(leg) = self.phase.park(deadline) else {
             return;
         };
+        TraceContext::event(&leg.span, "mrtr.park", || {
+            vec![
+                KeyValue::new("mrtr.round", i64::from(round.number)),
+                KeyValue::new("mrtr.input_requests", round.keys.len() as i64),
+            ]
+        });
         let body = jsonrpc::response_bytes(&leg.id, &jsonrpc::text(&result));
         leg.finish(Outcome::round(body, round.number)).await;
     }
@@ -170,10 +178,12 @@ impl Call {
             }
             return;
         }
-        if let Err(e) = self
+        let delivered = self
             .deliver_answers(&retry.answers, &retry.credentials)
-            .await
-        {
+            .await;
+        // The delivery's client span ends here.
+        drop(retry.span);
+        if let Err(e) = delivered {
             return self.fail(e).await;
         }
         self.ctx.metrics.resumed(claimed.elapsed());

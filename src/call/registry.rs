@@ -29,6 +29,8 @@ pub(crate) struct Retry {
     pub(crate) leg: Leg,
     /// What goes upstream for the principal from now on: the retry's own credentials.
     pub(crate) credentials: Credentials,
+    /// The client span of the answers' delivery upstream (ends once they are delivered).
+    pub(crate) span: tracing::Span,
     /// When the resumed call becomes a task, as the retry itself allows (a task is only ever
     /// returned to a request that declares the extension).
     pub(crate) task_after: Option<std::time::Duration>,

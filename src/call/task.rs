@@ -17,6 +17,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
 use crate::protocol::META_SERVER_INFO;
 use crate::tasks::{Control, TaskGuard};
+use crate::trace_context::TraceContext;
 
 impl Call {
     /// When the running call becomes a task, if it may become one (the client declared the
@@ -60,6 +61,8 @@ impl Call {
             created["_meta"] = serde_json::json!({ META_SERVER_INFO: info });
         }
         let body = jsonrpc::response_bytes(&leg.id, &jsonrpc::text(&created));
+        TraceContext::event(&leg.span, "mrtr.task.created", Vec::new);
+        self.task_event("mrtr.task.created");
         leg.finish(Outcome::task(body)).await;
         self.task = Some(TaskRun {
             guard,
@@ -76,11 +79,21 @@ impl Call {
         let Some(task) = &mut self.task else {
             return;
         };
+        let mut asked_now = false;
         for (asked, embedded) in self.rounds.requests() {
             if task.listed.insert(asked.key.clone()) {
                 task.guard.ask(asked, embedded.clone());
+                asked_now = true;
             }
         }
+        if asked_now {
+            self.task_event("mrtr.task.input_required");
+        }
+    }
+
+    // A transition of the task, as an event of the upstream call's client span.
+    fn task_event(&self, name: &'static str) {
+        TraceContext::event(&self.spec.upstream_span, name, Vec::new);
     }
 
     /// The upstream withdrew its request under `key`: the task no longer lists it.
@@ -93,23 +106,31 @@ impl Call {
     /// What the client said through the task.
     pub(super) async fn on_control(&mut self, control: Option<Control>) {
         match control {
-            Some(Control::Answers(answers, credentials)) => {
-                if let Err(e) = self.deliver_answers(&answers, &credentials).await {
+            Some(Control::Answers(answers, credentials, span)) => {
+                self.task_event("mrtr.task.answered");
+                let delivered = self.deliver_answers(&answers, &credentials).await;
+                // The delivery's client span ends here.
+                drop(span);
+                if let Err(e) = delivered {
                     self.fail(e).await;
                 }
             }
             Some(Control::Cancel) => {
                 self.cancel_upstream("the client cancelled the task").await;
-                self.end_task(|t| t.cancelled("cancelled by the client"));
+                self.end_task("mrtr.task.cancelled", |t| {
+                    t.cancelled("cancelled by the client");
+                });
             }
-            None => self.end_task(|_| ()),
+            None => self.end_task("mrtr.task.gone", |_| ()),
         }
     }
 
     /// The task's TTL ran out before it finished: cancel it upstream.
     pub(super) async fn expire_task(&mut self) {
         self.cancel_upstream("the task expired").await;
-        self.end_task(|t| t.cancelled("the task expired before it finished"));
+        self.end_task("mrtr.task.expired", |t| {
+            t.cancelled("the task expired before it finished");
+        });
     }
 
     /// The upstream's final message, for a task: its result or error becomes the task's.
@@ -119,7 +140,11 @@ impl Call {
             return Some(msg);
         }
         let ending = self.final_result(msg);
-        self.end_task(|t| match ending {
+        let name = match ending {
+            Ok(_) => "mrtr.task.completed",
+            Err(_) => "mrtr.task.failed",
+        };
+        self.end_task(name, |t| match ending {
             Ok(result) => match RawValue::from_string(result) {
                 Ok(raw) => t.complete(raw),
                 Err(e) => t.fail(ProxyError::Internal(e.to_string()).to_error_object()),
@@ -133,14 +158,15 @@ impl Call {
     pub(super) fn fail_task(&mut self, err: &ProxyError) {
         if self.task.is_some() {
             let error = err.to_error_object();
-            self.end_task(|t| t.fail(error));
+            self.end_task("mrtr.task.failed", |t| t.fail(error));
         }
     }
 
-    // The task's last word, then the call is done.
-    fn end_task(&mut self, last: impl FnOnce(&TaskGuard)) {
+    // The task's last word (the event `name`), then the call is done.
+    fn end_task(&mut self, name: &'static str, last: impl FnOnce(&TaskGuard)) {
         if let Some(task) = &self.task {
             last(&task.guard);
+            self.task_event(name);
         }
         self.phase.finish();
     }

@@ -23,6 +23,7 @@ use crate::ops::metrics::{self, RequestTimer, TokenRejection};
 use crate::state::replay::Replayer;
 use crate::state::{request_digest, Claims, TokenError};
 use crate::trace_context::TraceContext;
+use opentelemetry::KeyValue;
 
 /// Where a retry went: to a call here (its leg), to the owner (its answer), or answered at
 /// once (an approval declined or asked again).
@@ -66,23 +67,14 @@ pub(super) async fn retry(
             };
         }
         match app.calls.parked.claim(&claims, &answers) {
-            Ok(tx) => {
-                let (leg, rx) = open_leg(&req);
-                let task_after = task_after(app, &req);
-                tx.send(Retry {
-                    answers,
-                    leg,
-                    credentials: who.credentials.and(req.trace.for_upstream().headers()),
-                    task_after,
-                })
-                .await
-                .map_err(|_| TokenError::Gone("the call ended".into()))?;
-                return Ok(Resumed::Here(rx));
-            }
+            Ok(tx) => return resume(app, &req, &who, (tx, answers)).await,
             Err(e @ ProxyError::CallLost(_)) => e,
             Err(e) => return Err(e),
         }
     } else {
+        TraceContext::event(&tracing::Span::current(), "mrtr.forward", || {
+            vec![KeyValue::new("mrtr.peer", claims.issuer.clone())]
+        });
         match app.peers.forward(&claims.issuer, inbound).await {
             Ok(resp) => return Ok(Resumed::Forwarded(resp)),
             // The instance that asked is gone: ask again here, never take its approval.
@@ -91,6 +83,31 @@ pub(super) async fn retry(
         }
     };
     replay_here(app, req, who, (claims, &answers), lost)
+}
+
+// Hands a claimed retry to its parked call: a new leg, the answers and what goes upstream
+// with them (the retry's credentials and trace context, under a client span of the delivery).
+async fn resume(
+    app: &App,
+    req: &ModernRequest,
+    who: &Principal,
+    (call, answers): (mpsc::Sender<Retry>, Map<String, Value>),
+) -> Result<Resumed, ProxyError> {
+    let (leg, rx) = open_leg(req);
+    let span = TraceContext::answers_span();
+    let trace = req.trace.for_span(&span);
+    let retry = Retry {
+        answers,
+        leg,
+        credentials: who.credentials.and(trace.headers()),
+        span,
+        task_after: task_after(app, req),
+    };
+    call.send(retry)
+        .await
+        .map_err(|_| TokenError::Gone("the call ended".into()))?;
+    TraceContext::event(&tracing::Span::current(), "mrtr.resume", Vec::new);
+    Ok(Resumed::Here(rx))
 }
 
 /// Runs a lost call again on this instance's upstream, answering from its token what the user
@@ -113,6 +130,12 @@ fn replay_here(
         return Err(TokenError::AlreadyUsed.into());
     }
     app.metrics.cluster.call_replayed();
+    TraceContext::event(&tracing::Span::current(), "mrtr.replay", || {
+        vec![
+            KeyValue::new("mrtr.owner", claims.issuer.clone()),
+            KeyValue::new("mrtr.round", i64::from(claims.round)),
+        ]
+    });
     tracing::info!(owner = %claims.issuer, round = claims.round, "running a lost call again from its token");
     let replayer = Replayer::new(journal, answers);
     let rx = start_call(app, req, who, (true, Some(replayer)));

@@ -16,6 +16,7 @@ use crate::config::TaskMode;
 use crate::protocol::TASKS_EXTENSION;
 use crate::state::replay::Replayer;
 use crate::state::request_digest;
+use crate::trace_context::TraceContext;
 
 /// Starts the actor for `req`; it answers on the returned leg. `input_capable`: the call may
 /// park; `replay_from`: the answers a lost call's token carried.
@@ -28,7 +29,9 @@ pub(super) fn start_call(
     let (leg, rx) = open_leg(&req);
     let gated = req.method == "tools/call" && app.config.approval.rule_for(req.target()).is_some();
     let task_after = task_after(app, &req);
-    let trace = req.trace.for_upstream();
+    // The upstream call is a client span of this request's; the upstream's parent is it.
+    let upstream_span = TraceContext::client_span(&req.method, req.target());
+    let trace = req.trace.for_span(&upstream_span);
     let spec = CallSpec {
         request_digest: request_digest(&req.method, req.target(), req.arguments()),
         upstream_params: crate::jsonrpc::raw(&req.upstream_params(&trace)),
@@ -38,7 +41,8 @@ pub(super) fn start_call(
         input_capable,
         principal: who.digest,
         credentials: who.credentials.and(trace.headers()),
-        origin: trace.exported_parent(),
+        origin: TraceContext::current_parent(),
+        upstream_span,
         replay_from,
         gated,
         task_after,

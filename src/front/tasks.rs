@@ -20,6 +20,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc;
 use crate::protocol::TASKS_EXTENSION;
 use crate::tasks;
+use crate::trace_context::TraceContext;
 
 /// Who answered a `tasks/*` request: this instance, or the task's owner.
 pub(super) enum Served {
@@ -71,8 +72,9 @@ pub(super) async fn serve(
                 }
                 None => &Map::new(),
             };
-            let credentials = who.credentials.and(req.trace.for_upstream().headers());
-            store.update(id, principal, answers, &credentials)?;
+            let span = TraceContext::answers_span();
+            let credentials = who.credentials.and(req.trace.for_span(&span).headers());
+            store.update(id, principal, answers, (&credentials, span))?;
             json!({ "resultType": "complete" })
         }
         _ => {

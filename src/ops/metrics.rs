@@ -15,6 +15,7 @@ mod approvals;
 mod auth;
 mod cluster;
 mod labels;
+mod spans;
 mod tasks;
 
 pub(crate) use approvals::ApprovalMetrics;
@@ -22,12 +23,13 @@ pub(crate) use auth::AuthMetrics;
 pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
     AcceptFailure, AuthEndpoint, AuthRefusal, Capability, Decision, Direction, Era, Forward,
-    Gathered, Limit, Method, Outcome, TaskState, TokenRejection, UpstreamFailure,
+    Gathered, Limit, Method, Outcome, SpanDrop, TaskState, TokenRejection, UpstreamFailure,
 };
 use labels::{
     AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,
     LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
 };
+pub(crate) use spans::spans_dropped;
 pub(crate) use tasks::TaskMetrics;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -175,6 +177,7 @@ impl Metrics {
             "Rounds an input-capable call went through before it ended",
             self.rounds_per_call.clone(),
         );
+        spans::register(r);
         self.register_state();
     }
 

@@ -8,6 +8,7 @@ use tracing_subscriber::Layer;
 
 use crate::config::{LogFormat, Telemetry};
 
+mod bounded;
 mod otlp;
 
 pub use otlp::Exporting;
@@ -32,11 +33,15 @@ pub fn init_with(format: LogFormat, level: &str) {
     let _ = install(format, level, None);
 }
 
-/// As [`init_with`], and exporting traces as `telemetry` says. Returns what flushes the export
-/// at exit (`None` when off, or when the exporter could not be built: logged, and the proxy runs
-/// without it).
-pub fn init_exporting(format: LogFormat, level: &str, telemetry: &Telemetry) -> Option<Exporting> {
-    let exporting = match Exporting::start(telemetry) {
+/// As [`init_with`], and exporting traces as `telemetry` says, as instance `instance` (the
+/// `service.instance.id`). Returns what flushes the export at exit (`None` when off, or when
+/// the exporter could not be built: logged, and the proxy runs without it).
+pub fn init_exporting(
+    format: LogFormat,
+    level: &str,
+    (telemetry, instance): (&Telemetry, &str),
+) -> Option<Exporting> {
+    let exporting = match Exporting::start(telemetry, instance) {
         Ok(e) => e,
         Err(why) => {
             let _ = install(format, level, None);

@@ -40,7 +40,8 @@ const CHANGES_BUFFER: usize = 256;
 pub(crate) enum Control {
     /// `tasks/update`: answers to outstanding requests, each checked against what it answers,
     /// and what goes upstream with them (the update's own credentials).
-    Answers(Map<String, Value>, Credentials),
+    /// The span is the client span of their delivery upstream (ends once delivered).
+    Answers(Map<String, Value>, Credentials, tracing::Span),
     /// `tasks/cancel`.
     Cancel,
 }
@@ -199,7 +200,7 @@ impl Tasks {
         id: &str,
         principal: &str,
         answers: &Map<String, Value>,
-        credentials: &Credentials,
+        (credentials, span): (&Credentials, tracing::Span),
     ) -> Result<(), ProxyError> {
         let entry = self.entry(id, principal)?;
         // A place in the actor's queue first: once answers are taken off the list, they must
@@ -231,7 +232,7 @@ impl Tasks {
             taken
         };
         self.changed(id);
-        slot.send(Control::Answers(taken, credentials.clone()));
+        slot.send(Control::Answers(taken, credentials.clone(), span));
         Ok(())
     }
 

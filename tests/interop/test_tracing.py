@@ -162,12 +162,30 @@ def assert_descends(rx, span_id, ancestor, trace):
     return chain
 
 
+def assert_delivered_under(rx, base, trace, request_span):
+    """The one answer the upstream got in `trace` came with the context of an `inputResponses`
+    client span of the proxy, the child of `request_span` (the retry's or the tasks/update's)."""
+    [answer] = [e for e in seen_in_trace(base, trace) if e["kind"] == "response"]
+    _, answer_parent, _ = parse_traceparent(answer["headers"]["traceparent"])
+    delivery = rx.wait_one(lambda s: s.trace_id == trace and s.span_id == answer_parent)
+    assert (delivery.kind, delivery.name, delivery.parent_span_id) == \
+        ("CLIENT", "inputResponses", request_span.span_id), delivery.brief()
+
+
 def common_attributes(span, method, rpc_id):
     a = span.attributes
     assert a.get("mcp.method.name") == method, span.brief()
     assert a.get("mcp.protocol.version") == MODERN, span.brief()
     assert a.get("jsonrpc.request.id") == str(rpc_id), span.brief()
     assert "error.type" not in a, span.brief()
+
+
+def wait_until(cond, why, timeout=WAIT_S):
+    """Polls `cond` (a scrape, say) every 50 ms until it holds; fails with `why` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.05)
 
 
 @contextlib.contextmanager
@@ -282,6 +300,93 @@ def test_the_retry_span_links_to_the_first_legs_span(traced):
     assert (first.trace_id, first.span_id) in retry.links, (first.brief(), retry.brief())
 
 
+def test_the_upstream_call_and_the_delivered_answers_are_client_spans(traced):
+    rx, proxy, base = traced["rx"], traced["proxy"], traced["base"]
+    trace = new_trace()
+    first_id, retry_id = two_round_ask_name(proxy.url, trace, new_span(), new_span())
+    first, retry = span_of(rx, first_id), span_of(rx, retry_id)
+
+    # The upstream's parent is the proxy's client span of the call, under the first leg's span.
+    call = upstream_request(base, trace, "tools/call", "ask_name")
+    _, call_parent, _ = parse_traceparent(call["meta"]["traceparent"])
+    client = rx.wait_one(lambda s: s.trace_id == trace and s.span_id == call_parent)
+    assert (client.kind, client.name, client.parent_span_id) == ("CLIENT", "tools/call ask_name", first.span_id), \
+        client.brief()
+    assert client.attributes.get("mcp.method.name") == "tools/call", client.brief(True)
+    assert client.attributes.get("gen_ai.tool.name") == "ask_name", client.brief(True)
+
+    # The answer the retry delivered: a client span of its own, under the retry's span.
+    assert_delivered_under(rx, base, trace, retry)
+
+
+def test_park_and_resume_are_events_of_the_legs_spans(traced):
+    rx, proxy = traced["rx"], traced["proxy"]
+    first_id, retry_id = two_round_ask_name(proxy.url, new_trace(), new_span(), new_span())
+    first, retry = span_of(rx, first_id), span_of(rx, retry_id)
+    assert "mrtr.park" in first.events, first.brief()
+    assert "mrtr.resume" in retry.events, retry.brief()
+    assert "mrtr.park" not in retry.events, retry.brief()
+
+
+TASKS_CAPS = {**ELICIT_CAPS, "extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+@pytest.fixture(scope="module")
+def tasks_proxy(traced, tmp_path_factory):
+    """A second proxy before the same upstream, exporting to the same receiver, that runs every
+    `ask_name` call of a client declaring the tasks extension as a task."""
+    config = telemetry_config(tmp_path_factory.mktemp("tracing-tasks"), traced["rx"].endpoint)
+    config.write_text(config.read_text() + '[tasks]\npoll_interval = "50ms"\n[tasks.tools]\nask_name = "always"\n')
+    proxy = start_proxy(traced["base"] + "/mcp", config)
+    yield proxy
+    proxy.kill()
+
+
+def task_op(url, method, task_id, trace, **params):
+    """`tasks/get` / `tasks/update` of `task_id` in `trace`: (its JSON-RPC id, its result)."""
+    rpc_id = unique_id()
+    body = modern(rpc_id, method, {"taskId": task_id, **params}, TASKS_CAPS,
+                  {"traceparent": traceparent(trace, new_span())})
+    status, answer = post(url, body, headers={"mcp-name": task_id})
+    assert status == 200 and "result" in answer, answer
+    return rpc_id, answer["result"]
+
+
+def poll_task(url, task_id, trace, status):
+    """Polls the task at the interval it asks for until it is `status` (bounded); the task."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        _, task = task_op(url, "tasks/get", task_id, trace)
+        if task["status"] == status:
+            return task
+        assert task["status"] in ("working", "input_required") and time.monotonic() < deadline, task
+        time.sleep(task.get("pollIntervalMs", 50) / 1000)
+
+
+def test_a_tasks_transitions_are_events_and_its_update_delivers_in_its_own_span(traced, tasks_proxy):
+    rx, base, url = traced["rx"], traced["base"], tasks_proxy.url
+    trace, call_id = new_trace(), unique_id()
+    status, created = post(url, modern(call_id, "tools/call", {"name": "ask_name", "arguments": {}}, TASKS_CAPS,
+                                       {"traceparent": traceparent(trace, new_span())}))
+    assert status == 200 and created["result"]["resultType"] == "task", created
+    task_id = created["result"]["taskId"]
+    [(key, _)] = poll_task(url, task_id, trace, "input_required")["inputRequests"].items()
+    update_id, _ = task_op(url, "tasks/update", task_id, trace,
+                           inputResponses={key: {"action": "accept", "content": {"name": "Ada"}}})
+    done = poll_task(url, task_id, trace, "completed")
+    assert done["result"]["content"][0]["text"] == "Hello, Ada!", done
+
+    first, update = span_of(rx, call_id), span_of(rx, update_id)
+    assert first.attributes.get("mrtr.outcome") == "task" and "mrtr.task.created" in first.events, first.brief()
+    call = rx.wait_one(lambda s: s.trace_id == trace and s.kind == "CLIENT" and s.name == "tools/call ask_name"
+                       and "mrtr.task.completed" in s.events)
+    assert call.parent_span_id == first.span_id, call.brief()
+    assert call.events == ["mrtr.task.created", "mrtr.task.input_required", "mrtr.task.answered",
+                           "mrtr.task.completed"], call.brief()
+    # The answer went upstream under a client span of the tasks/update request.
+    assert_delivered_under(rx, base, trace, update)
+
+
 def test_a_string_request_id_is_its_text(traced):
     rx, proxy = traced["rx"], traced["proxy"]
     rpc_id = f"list-{unique_id()}"
@@ -335,6 +440,51 @@ def test_the_upstream_sdk_reads_the_proxys_context_from_meta(traced):
     assert up_trace == trace, (parsed, span.brief())
     assert (span.trace_id, span.parent_span_id) == (trace, client_span), span.brief()
     assert_descends(rx, up_parent, span.span_id, trace)
+
+
+@pytest.fixture(scope="module", params=["sse", "stdio"])
+def other_transport(request, traced, tmp_path_factory):
+    """The recording server on HTTP+SSE or as a stdio child, behind a proxy exporting to the
+    module's receiver: (proxy, the upstream's base URL or None)."""
+    config = telemetry_config(tmp_path_factory.mktemp(f"tracing-{request.param}"), traced["rx"].endpoint)
+    script = [str(PY_LEGACY), str(HERE / "servers" / "py_trace_server.py")]
+    if request.param == "stdio":
+        up, base, upstream = None, None, [*script, "--stdio"]
+    else:
+        up = Proc([*script, "--sse"])
+        port = up.wait_for(r"READY (\d+)").group(1)
+        base = f"http://127.0.0.1:{port}"
+        upstream = base + "/sse"
+    try:
+        proxy = start_proxy(upstream, config)
+    except BaseException:
+        if up:
+            up.kill()
+        raise
+    yield proxy, base
+    proxy.kill()
+    if up:
+        up.kill()
+
+
+def test_the_call_is_traced_the_same_on_http_sse_and_stdio_upstreams(traced, other_transport):
+    rx, (proxy, base) = traced["rx"], other_transport
+    trace, client_span, rpc_id = new_trace(), new_span(), unique_id()
+    status, answer = post(proxy.url, modern(rpc_id, "tools/call", {"name": "trace_meta", "arguments": {}},
+                                            meta={"traceparent": traceparent(trace, client_span)}))
+    assert status == 200, answer
+    parsed = json.loads(answer["result"]["content"][0]["text"])  # `_meta` as mcp==1.30.0 parsed it
+    span = span_of(rx, rpc_id)
+    assert (span.trace_id, span.parent_span_id) == (trace, client_span), span.brief()
+    up_trace, up_parent, _ = parse_traceparent(parsed["traceparent"])
+    assert up_trace == trace, parsed
+    call = rx.wait_one(lambda s: s.trace_id == trace and s.span_id == up_parent)
+    assert (call.kind, call.name, call.parent_span_id) == ("CLIENT", "tools/call trace_meta", span.span_id), \
+        call.brief()
+    if base:
+        # HTTP+SSE: the POST of the call carried the same context as a header.
+        [posted] = [e for e in seen_in_trace(base, trace) if e.get("method") == "tools/call"]
+        assert posted["headers"].get("traceparent") == parsed["traceparent"], posted
 
 
 def test_the_http_traceparent_header_is_the_parent_when_meta_has_none(traced):
@@ -536,3 +686,12 @@ def test_a_dead_collector_leaves_requests_unaffected(traced, tmp_path, collector
         assert parse_traceparent(call["meta"]["traceparent"])[0] == trace
         health = urllib.request.urlopen(proxy.base + "/healthz", timeout=10)
         assert health.status == 200
+        # What was lost is counted: a silent collector holds the 4 queued spans for its whole
+        # timeout, so every span past them (22 requests, at least one span each) is dropped at
+        # once; a closed port fails each export, and its batch is dropped.
+        dropped = "mrtr_trace_spans_dropped_total"
+        if collector == "silent":
+            assert proxy.metrics().sum(dropped, reason="queue_full") >= 22 - 4, proxy.metrics()
+        else:
+            wait_until(lambda: proxy.metrics().sum(dropped, reason="export_failed") > 0,
+                       f"no failed export counted: {proxy.metrics()}")

@@ -333,6 +333,21 @@ pub(super) struct GatherLabel {
     pub(super) wait: Gathered,
 }
 
+label_values! {
+    /// Why the trace export lost spans.
+    SpanDrop {
+        /// Its queue (`telemetry.max_queue`) was full: the collector is slower than the proxy.
+        QueueFull => "queue_full",
+        /// The collector did not take a batch (down, refused, or past `telemetry.export_timeout`).
+        ExportFailed => "export_failed",
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct SpanDropLabel {
+    pub(super) reason: SpanDrop,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct LimitLabel {
     pub(super) limit: Limit,

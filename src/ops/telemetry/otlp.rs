@@ -19,6 +19,7 @@ use opentelemetry_sdk::trace::{
 use opentelemetry_sdk::Resource;
 use tracing_subscriber::Layer;
 
+use super::bounded::{Bounded, Counted, Pending};
 use crate::config::Telemetry;
 
 /// The OTLP path of traces under a collector's base URL.
@@ -35,7 +36,7 @@ impl Exporting {
     ///
     /// # Errors
     /// The exporter cannot be built (a bad endpoint).
-    pub(super) fn start(telemetry: &Telemetry) -> Result<Option<Self>, String> {
+    pub(super) fn start(telemetry: &Telemetry, instance: &str) -> Result<Option<Self>, String> {
         let Some(endpoint) = &telemetry.otlp_endpoint else {
             return Ok(None);
         };
@@ -51,17 +52,24 @@ impl Exporting {
             .with_http_client(OnRuntime::new(telemetry.export_timeout))
             .build()
             .map_err(|e| e.to_string())?;
+        // The bound is `Bounded`'s (it counts what it drops): the batch queue below never fills.
+        let pending = Pending::default();
         let batch = BatchConfigBuilder::default()
             .with_max_queue_size(telemetry.max_queue)
             .with_scheduled_delay(Duration::from_millis(500))
             .build();
-        let processor = BatchSpanProcessor::builder(exporter)
+        let processor = BatchSpanProcessor::builder(Counted::new(exporter, pending.clone()))
             .with_batch_config(batch)
             .build();
+        let processor = Bounded::new(processor, pending, telemetry.max_queue);
         let sampler =
             Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(telemetry.sample_ratio)));
         let resource = Resource::builder()
             .with_service_name(telemetry.service_name.clone())
+            .with_attribute(opentelemetry::KeyValue::new(
+                "service.instance.id",
+                instance.to_owned(),
+            ))
             .build();
         let provider = SdkTracerProvider::builder()
             .with_span_processor(processor)

@@ -5,10 +5,12 @@ For every JSON-RPC message POSTed to it, it keeps the W3C trace context HTTP hea
 (`traceparent`, `tracestate`, `baggage`) and the message's own `_meta` (`params._meta` of a request
 or notification, `result._meta` of an answer), recorded as the body is read, so before the SDK acts
 on it. `GET /test/seen` returns them all as JSON. One more tool, `trace_meta`, answers with the
-`_meta` the SDK itself parsed for its call. Binds 127.0.0.1:0 and prints `READY <port>`.
+`_meta` the SDK itself parsed for its call. Binds 127.0.0.1:0 and prints `READY <port>`;
+`--sse` serves the HTTP+SSE transport instead, `--stdio` runs on stdin/stdout.
 """
 
 import json
+import sys
 
 from mcp.server.fastmcp import Context
 
@@ -80,4 +82,11 @@ class TraceRecorder:
 
 
 if __name__ == "__main__":
-    serve(lambda port: TraceRecorder(mcp.streamable_http_app()))
+    if "--stdio" in sys.argv[1:]:
+        # A child of the proxy on stdin/stdout: only `trace_meta` tells what came.
+        mcp.run(transport="stdio")
+    elif "--sse" in sys.argv[1:]:
+        # The deprecated HTTP+SSE transport: the POSTs to /messages/ are recorded.
+        serve(lambda port: TraceRecorder(mcp.sse_app()))
+    else:
+        serve(lambda port: TraceRecorder(mcp.streamable_http_app()))
