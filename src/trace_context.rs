@@ -199,11 +199,17 @@ fn client(name: impl FnOnce() -> String) -> tracing::Span {
     if !crate::ops::telemetry::exporting() {
         return tracing::Span::none();
     }
+    // Its OTel parent is the current span, but not its `tracing` parent: a `tracing` parent
+    // stays open (and unexported) while a child is, and the call's span lives as long as the
+    // call — a parked call's first leg would reach the collector only when the call ended, or
+    // never, were the process killed meanwhile.
     let span = tracing::info_span!(
+        parent: None,
         "upstream",
         otel.name = tracing::field::Empty,
         otel.kind = "client"
     );
+    let _ = span.set_parent(tracing::Span::current().context());
     span.record("otel.name", name());
     span
 }

@@ -72,10 +72,14 @@ pub(super) async fn retry(
             Err(e) => return Err(e),
         }
     } else {
+        let forwarded = app.peers.forward(&claims.issuer, inbound).await;
         TraceContext::event(&tracing::Span::current(), "mrtr.forward", || {
-            vec![KeyValue::new("mrtr.peer", claims.issuer.clone())]
+            vec![
+                KeyValue::new("mrtr.peer", claims.issuer.clone()),
+                KeyValue::new("mrtr.forwarded", forwarded.is_ok()),
+            ]
         });
-        match app.peers.forward(&claims.issuer, inbound).await {
+        match forwarded {
             Ok(resp) => return Ok(Resumed::Forwarded(resp)),
             // The instance that asked is gone: ask again here, never take its approval.
             Err(_) if claims.approval.is_some() => return ask_again(app, &req, &who),

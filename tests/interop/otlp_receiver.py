@@ -48,6 +48,11 @@ class Span:
     status: str = ""
     start_ns: int = 0
     end_ns: int = 0
+    event_attributes: list = field(default_factory=list, repr=False)  # [(event name, {attributes})]
+
+    def event(self, name):
+        """The attributes of the first event `name` (None when there is none)."""
+        return next((attrs for n, attrs in self.event_attributes if n == name), None)
 
     def brief(self, every_attribute=False):
         """One line: name, kind, ids, attributes (but the bookkeeping of tracing-opentelemetry,
@@ -105,6 +110,7 @@ def spans_of(request):
                     status=Status.StatusCode.Name(s.status.code).removeprefix("STATUS_CODE_"),
                     start_ns=s.start_time_unix_nano,
                     end_ns=s.end_time_unix_nano,
+                    event_attributes=[(e.name, attributes_of(e.attributes)) for e in s.events],
                 ))
     return out
 

@@ -323,7 +323,7 @@ def test_park_and_resume_are_events_of_the_legs_spans(traced):
     rx, proxy = traced["rx"], traced["proxy"]
     first_id, retry_id = two_round_ask_name(proxy.url, new_trace(), new_span(), new_span())
     first, retry = span_of(rx, first_id), span_of(rx, retry_id)
-    assert "mrtr.park" in first.events, first.brief()
+    assert first.event("mrtr.park") == {"mrtr.round": 1, "mrtr.input_requests": 1}, first.event_attributes
     assert "mrtr.resume" in retry.events, retry.brief()
     assert "mrtr.park" not in retry.events, retry.brief()
 
