@@ -16,6 +16,7 @@ mod pool;
 mod replay;
 mod results;
 mod server;
+mod sizing;
 mod state;
 mod tasks;
 mod telemetry;
@@ -40,6 +41,7 @@ pub use pool::{Pool, RawPool};
 pub use replay::{RawReplay, Replay, ReplayMode, MAX_REPLAY_STATE_BYTES};
 pub use results::{CacheScope, RawResults, Results};
 pub use server::{ClientLimits, RawServer, Server, DEFAULT_LISTEN, MIN_HEADER_BYTES};
+pub use sizing::{Sized, PARKED_CALL_BYTES};
 pub use state::{HeldBounds, KeySources, RawState, Secret, State, MIN_SECRET_BYTES};
 pub use tasks::{RawTasks, TaskMode, Tasks};
 pub use telemetry::{RawTelemetry, Telemetry};
@@ -109,6 +111,8 @@ pub struct Config {
     pub auth: Auth,
     /// `[telemetry]`: OpenTelemetry traces over OTLP.
     pub telemetry: Telemetry,
+    /// Which bounds follow from memory and open files (see `sizing`).
+    pub sized: Sized,
 }
 
 impl Config {
@@ -126,7 +130,11 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`] naming the first bad key.
     pub fn from_raw(raw: RawConfig) -> Result<Self, ConfigError> {
-        Ok(Self {
+        let sized = Sized {
+            max_parked: raw.state.max_parked.is_none(),
+            max_sessions: raw.pool.max_sessions.is_none(),
+        };
+        let mut config = Self {
             server: Server::from_raw(raw.server)?,
             upstream: Upstream::from_raw(raw.upstream)?,
             pool: Pool::from_raw(raw.pool)?,
@@ -140,7 +148,25 @@ impl Config {
             tasks: Tasks::from_raw(raw.tasks)?,
             auth: Auth::from_raw(raw.auth)?,
             telemetry: Telemetry::from_raw(raw.telemetry)?,
-        })
+            sized,
+        };
+        sizing::from_memory(config.bounds());
+        Ok(config)
+    }
+
+    /// Lowers the bounds sized from memory to what `descriptors` open files hold (see
+    /// `sizing`); the parked calls they hold, for the start-up log.
+    pub fn fit_descriptors(&mut self, descriptors: u64) -> u64 {
+        sizing::fit(self.bounds(), descriptors)
+    }
+
+    fn bounds(&mut self) -> sizing::Bounds<'_> {
+        sizing::Bounds {
+            parked: &mut self.state.parked,
+            pool: &mut self.pool,
+            max_connections: self.server.max_connections,
+            sized: self.sized,
+        }
     }
 
     /// The built-in defaults (what runs with no file).

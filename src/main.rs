@@ -93,7 +93,17 @@ async fn serve(mut config: Config) -> ExitCode {
         &config.log.level,
         (&config.telemetry, &instance),
     );
-    server::raise_descriptor_limit();
+    if let Some(descriptors) = server::raise_descriptor_limit() {
+        let room = config.fit_descriptors(descriptors);
+        tracing::info!(
+            descriptors,
+            parked_calls_room = room,
+            max_parked = config.state.parked.total,
+            max_parked_memory = config.state.parked.bytes,
+            pool_max_sessions = config.pool.max_sessions,
+            "bounds sized (a sized bound follows memory and open files; one the file sets is kept)"
+        );
+    }
     let mcp_path = config.server.mcp_path.clone();
     let admin_listen = config.admin.listen;
     let listen = config.server.listen;

@@ -36,10 +36,10 @@ pub(crate) struct Retry {
     pub(crate) task_after: Option<std::time::Duration>,
 }
 
-/// What one parked call is charged besides its params: its actor, its upstream stream and
-/// connection buffers, the registry entry (`cargo bench --bench parked_memory` measures the
-/// whole).
-pub(crate) const PARKED_CALL_OVERHEAD: usize = 16 * 1024;
+/// What one parked call is charged besides its params: its actor, its upstream streams and
+/// their connection buffers, its session, the registry entry — as measured (`cargo bench
+/// --bench sidecar`, capacity), so that `state.max_parked_memory` bounds real memory.
+pub(crate) const PARKED_CALL_OVERHEAD: usize = crate::config::PARKED_CALL_BYTES;
 
 /// The registry.
 #[derive(Debug)]

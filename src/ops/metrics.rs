@@ -87,6 +87,8 @@ pub(crate) struct Metrics {
     accept_errors: Family<AcceptLabel, Counter>,
     parked: Gauge,
     parked_bytes: Gauge,
+    parked_limit: Gauge,
+    parked_memory_limit: Gauge,
     task_bytes: Gauge,
     sessions: Gauge,
     idle_sessions: Gauge,
@@ -143,6 +145,8 @@ impl Metrics {
             accept_errors: Family::default(),
             parked: Gauge::default(),
             parked_bytes: Gauge::default(),
+            parked_limit: Gauge::default(),
+            parked_memory_limit: Gauge::default(),
             task_bytes: Gauge::default(),
             sessions: Gauge::default(),
             idle_sessions: Gauge::default(),
@@ -246,6 +250,17 @@ impl Metrics {
             self.accept_errors.clone(),
         );
         r.register("parked_calls", "Calls parked now", self.parked.clone());
+        r.register(
+            "parked_calls_limit",
+            "state.max_parked as in force (sized from memory and open files when not set)",
+            self.parked_limit.clone(),
+        );
+        r.register_with_unit(
+            "parked_memory_limit",
+            "state.max_parked_memory",
+            Unit::Bytes,
+            self.parked_memory_limit.clone(),
+        );
         r.register_with_unit(
             "parked_memory",
             "Memory charged to parked calls now (their params plus a fixed overhead each)",
@@ -370,6 +385,13 @@ impl Metrics {
             Direction::ToClient => &self.relayed_to_client,
         };
         series.inc_by(n as u64);
+    }
+
+    /// The parked-call bounds in force (what alerts compare `mrtr_parked_calls` with).
+    pub(crate) fn parked_bounds(&self, calls: usize, bytes: usize) {
+        let set = |g: &Gauge, v: usize| g.set(i64::try_from(v).unwrap_or(i64::MAX));
+        set(&self.parked_limit, calls);
+        set(&self.parked_memory_limit, bytes);
     }
 
     /// The exposition, with gauges set from `now`.

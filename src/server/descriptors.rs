@@ -3,38 +3,36 @@
 //! long before memory does. What the accept loops do once out of descriptors anyway is
 //! `accept`'s.
 
-/// Descriptors a parked call holds: its client's connection, and its upstream session's two
-/// connections (the call's stream and the session's GET stream).
-const DESCRIPTORS_PER_PARKED_CALL: u64 = 3;
 /// The soft limit is raised at most this far: stdio children inherit it, and some programs
 /// walk every possible descriptor (to close them before an exec), which a hard limit of a
 /// billion turns into minutes.
 const MAX_DESCRIPTORS: u64 = 1 << 20;
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (at most 2^20) and logs, once, the limit
-/// and about how many parked calls it allows. A limit that cannot be read or raised is a
-/// warning, never fatal: the proxy serves within whatever limit it has.
-pub fn raise_descriptor_limit() {
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (at most 2^20) and returns the limit the
+/// proxy has then (`None` when it cannot be read). A limit that cannot be read or raised is a
+/// warning, never fatal: the proxy serves within whatever limit it has (and sizes its bounds
+/// to it: `Config::fit_descriptors`).
+pub fn raise_descriptor_limit() -> Option<u64> {
     let before = match rlimit::getrlimit(rlimit::Resource::NOFILE) {
         Ok((soft, _)) => soft,
         Err(e) => {
             tracing::warn!(error = %e, "cannot read the file-descriptor limit");
-            return;
+            return None;
         }
     };
     match rlimit::increase_nofile_limit(MAX_DESCRIPTORS) {
-        Ok(descriptors) => tracing::info!(
-            before,
-            descriptors,
-            parked_calls = descriptors / DESCRIPTORS_PER_PARKED_CALL,
-            "file-descriptor limit raised to the hard limit (a parked call holds about three)"
-        ),
-        Err(e) => tracing::warn!(
-            error = %e,
-            descriptors = before,
-            parked_calls = before / DESCRIPTORS_PER_PARKED_CALL,
-            "file-descriptor limit not raised (a parked call holds about three)"
-        ),
+        Ok(descriptors) => {
+            tracing::info!(
+                before,
+                descriptors,
+                "file-descriptor limit raised to the hard limit"
+            );
+            Some(descriptors)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, descriptors = before, "file-descriptor limit not raised");
+            Some(before)
+        }
     }
 }
 
@@ -46,8 +44,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_soft_limit_ends_at_the_hard_one_or_the_cap() {
-        raise_descriptor_limit();
+        let raised = raise_descriptor_limit();
         let (soft, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).unwrap();
         assert_eq!(soft, hard.min(MAX_DESCRIPTORS));
+        assert_eq!(raised, Some(soft));
     }
 }

@@ -301,9 +301,9 @@ fn elicit_then_done() -> Vec<Vec<Step>> {
 async fn parked_calls_are_bounded_by_the_memory_they_hold() {
     let mock = Mock::start().await;
     mock.script("ask", elicit_then_done());
-    // Room for two parked calls with small params (16 KiB charged each, plus params), not for
-    // one whose arguments are 40 KiB.
-    let proxy = TestProxy::start(&mock.url(), "[state]\nmax_parked_memory = \"40KiB\"\n").await;
+    // Room for a parked call with small params (64 KiB charged each, plus params), not for one
+    // whose arguments are 40 KiB.
+    let proxy = TestProxy::start(&mock.url(), "[state]\nmax_parked_memory = \"100KiB\"\n").await;
     let c = proxy.client(all_caps());
     let big = json!({"blob": "x".repeat(40 * 1024)});
     let ex = c
@@ -320,7 +320,7 @@ async fn parked_calls_are_bounded_by_the_memory_they_hold() {
         error_of(&ex)
     );
     let (_, state) = first_round(&c, "ask", json!({})).await;
-    assert!(proxy.app.parked_memory() > 16 * 1024);
+    assert!(proxy.app.parked_memory() > 64 * 1024);
     let metrics = proxy.get_text("/metrics").await;
     assert!(
         metrics.contains("mrtr_limit_hits_total{limit=\"parked\"} 1"),

@@ -19,6 +19,7 @@ fn renders_strict_openmetrics_with_bounded_labels() {
         Duration::from_millis(1),
     );
     m.token_rejected(TokenRejection::Expired);
+    m.parked_bounds(4096, 1 << 28);
     let text = m.render(Snapshot {
         parked: 2,
         parked_bytes: 7,
@@ -31,6 +32,11 @@ fn renders_strict_openmetrics_with_bounded_labels() {
     assert!(text.contains("mrtr_rounds_total 1\n"), "{text}");
     assert!(text.contains("mrtr_input_requests_total 3\n"));
     assert!(text.contains("mrtr_parked_calls 2\n"));
+    assert!(text.contains("mrtr_parked_calls_limit 4096\n"), "{text}");
+    assert!(
+        text.contains("mrtr_parked_memory_limit_bytes 268435456\n"),
+        "{text}"
+    );
     assert!(text.contains("mrtr_parked_memory_bytes 7\n"), "{text}");
     assert!(text.contains("mrtr_task_memory_bytes 9\n"), "{text}");
     assert!(text.contains("mrtr_upstream_sessions 5\n"));
