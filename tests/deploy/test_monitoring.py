@@ -34,6 +34,9 @@ PROMETHEUS_RULE = ROOT / "deploy" / "kubernetes" / "prometheusrule.yaml"
 BIN = os.environ.get("MRTR_PROXY_BIN") or str(ROOT / "target" / "debug" / "mrtr-proxy")
 STDIO_SERVER = ROOT / "tests" / "fixtures" / "stdio" / "scripted_server.py"
 
+# The parked-call gauges and the bounds in force they are compared with (alerts, dashboard).
+PARKED_BOUNDS = {"mrtr_parked_calls": "mrtr_parked_calls_limit",
+                 "mrtr_parked_memory_bytes": "mrtr_parked_memory_limit_bytes"}
 # Series that are Prometheus's own, not the proxy's: the only non-mrtr names allowed.
 PROMETHEUS_NAMES = {"up"}
 # Grafana's built-in interval variables, and a value for each kind of dashboard variable, so that
@@ -164,6 +167,14 @@ def test_every_alert_has_a_unit_test_that_fires_it_and_one_that_does_not():
     assert (fired | quiet) - alerts == set(), "tests of alerts that do not exist"
 
 
+def test_the_parked_alerts_compare_with_the_exported_limits():
+    # No hard-coded threshold: 80% of the bound each instance reports, matched on all labels (both
+    # series come from the same target; the live scrapes show they have no labels of their own).
+    exprs = rule_exprs()
+    assert exprs["MrtrProxyParkedCallsNearLimit"] == "mrtr_parked_calls > 0.8 * mrtr_parked_calls_limit"
+    assert exprs["MrtrProxyParkedMemoryNearLimit"] == "mrtr_parked_memory_bytes > 0.8 * mrtr_parked_memory_limit_bytes"
+
+
 def test_the_prometheusrule_holds_the_same_groups():
     rule = yaml.safe_load(PROMETHEUS_RULE.read_text())
     assert (rule["apiVersion"], rule["kind"]) == ("monitoring.coreos.com/v1", "PrometheusRule")
@@ -200,7 +211,9 @@ def test_the_dashboard_is_well_formed():
     ids = [p["id"] for p in panels]
     assert len(ids) == len(set(ids)), "duplicate panel ids"
     names = {v["name"] for v in board["templating"]["list"]}
-    assert {"datasource", "job", "instance", "max_parked"} <= names
+    assert {"datasource", "job", "instance"} <= names
+    # No variable stands in for a config value: the bounds are the gauges the proxy exports.
+    assert not [v["name"] for v in board["templating"]["list"] if v["type"] in ("textbox", "constant")]
     for p in panels:
         if p["type"] == "row":
             continue
@@ -215,12 +228,36 @@ def test_the_dashboard_is_well_formed():
                  "mrtr_forwarded_retries_total", "mrtr_resume_latency_seconds_bucket", "mrtr_requests_total",
                  "mrtr_request_duration_seconds_bucket", "mrtr_upstream_sessions", "mrtr_accept_errors_total", "up"):
         assert name in used, name
+    # Each parked gauge is drawn in one panel with its bound in force, per instance.
+    for gauge, limit in PARKED_BOUNDS.items():
+        drawn = [p for p in panels if p["type"] != "row"
+                 and {gauge, limit} <= set().union(*(metric_names(t["expr"]) for t in p["targets"]))]
+        assert drawn, f"no panel draws {gauge} against {limit}"
+        bound = [t for p in drawn for t in p["targets"] if metric_names(t["expr"]) == {limit}]
+        assert bound and all(re.match(r"max by \(instance\) \(", t["expr"]) for t in bound), bound
 
 
 def test_metric_names_are_parsed_out_of_promql():
     expr = ('histogram_quantile(0.99, sum by (job, le) (rate(mrtr_a_bucket{era="modern",method=~"x|y"}[5m])))'
             ' / on (job) group_left sum(mrtr_b_total offset 1h) > bool 2 and (up == 0) unless vector(1e3)')
     assert metric_names(expr) == {"mrtr_a_bucket", "mrtr_b_total", "up"}
+
+
+def test_the_parked_bounds_are_exported_beside_their_gauges(scrapes):
+    # The alerts match a gauge and its bound one to one: the same labels (none of their own) on
+    # every proxy. The owner sets state.max_parked = 1; the others size it (at least 1).
+    for proc, text in scrapes.items():
+        for gauge, limit in PARKED_BOUNDS.items():
+            assert series_of(text, gauge).keys() == series_of(text, limit).keys() == {""}, (proc, gauge, limit)
+            assert series_of(text, limit)[""] >= 1, (proc, limit)
+        assert series_of(text, "mrtr_parked_memory_limit_bytes")[""] == 256 * 1024 * 1024, proc
+    assert series_of(scrapes["owner"], "mrtr_parked_calls_limit")[""] == 1
+
+
+def series_of(text, name):
+    """Label set (as written) → value of the series `name` in a scrape."""
+    return {m.group(1) or "": float(m.group(2))
+            for m in re.finditer(rf"^{re.escape(name)}(?:\{{([^}}]*)\}})? (\S+)$", text, re.M)}
 
 
 def test_every_name_in_the_rules_and_the_dashboard_is_exported(scraped_families):
@@ -330,7 +367,17 @@ def starve():
 
 
 @pytest.fixture(scope="module")
-def scraped_families(tmp_path_factory):
+def scraped_families(scrapes):
+    families = {}
+    for text in scrapes.values():
+        for name, kind in families_of(text).items():
+            assert families.setdefault(name, kind) == kind, (name, kind)
+    return families
+
+
+@pytest.fixture(scope="module")
+def scrapes(tmp_path_factory):
+    """The last scrape of each live proxy (owner, front, starved), once it has every family."""
     if not Path(BIN).exists():
         pytest.fail(f"proxy binary {BIN} missing: set MRTR_PROXY_BIN or run `cargo build`", pytrace=False)
     tmp = tmp_path_factory.mktemp("monitoring")
@@ -386,18 +433,17 @@ def scraped_families(tmp_path_factory):
             for s in held:
                 s.close()
 
-        families = {}
-        for proc, last in ((owner, "mrtr_limit_hits"), (front, "mrtr_key_reloads"),
-                           (starved, "mrtr_accept_errors")):
+        scraped = {}
+        for name, proc, last in (("owner", owner, "mrtr_limit_hits"), ("front", front, "mrtr_key_reloads"),
+                                 ("starved", starved, "mrtr_accept_errors")):
             # The reload and the listener's recovery happen on their own time: scrape until seen.
             deadline = time.monotonic() + STARTUP_TIMEOUT_S
             while True:
                 with contextlib.suppress(urllib.error.URLError, OSError):
-                    found = families_of(proc.scrape())
-                    if last in found:
+                    text = proc.scrape()
+                    if last in families_of(text):
                         break
                 assert time.monotonic() < deadline, f"{last} never exposed by {proc.url}"
                 time.sleep(0.05)
-            for name, kind in found.items():
-                assert families.setdefault(name, kind) == kind, (name, kind)
-        return families
+            scraped[name] = text
+        return scraped
