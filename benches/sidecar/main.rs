@@ -9,12 +9,14 @@
 //! eliciting calls, calls parked at once (memory per call, and back after they expire), and
 //! the requestState sign + verify.
 //!
-//! Writes the table between the markers of `docs/BENCHMARKS.md` (or `MRTR_BENCH_OUT`).
+//! Writes the table between the markers of `docs/BENCHMARKS.md` (or `MRTR_BENCH_OUT`; a partial
+//! or wrapped run writes only to `MRTR_BENCH_OUT`).
 //! `MRTR_BENCH_SMOKE=1` is a seconds-long run of every phase that writes nowhere (CI runs it
 //! so that the harness cannot rot); `MRTR_BENCH_ONLY=latency|throughput|concurrency|capacity`
-//! runs one phase and `MRTR_BENCH_TARGET` (part of a label, e.g. `modern`) times only the latency
-//! targets it names; `MRTR_BENCH_PROXY_WRAPPER` runs the proxy under a tool (callgrind). Every
-//! loop is bounded in count and time.
+//! runs one phase and `MRTR_BENCH_TARGET` (part of a label, e.g. `modern`, or several joined by
+//! `|`) times only the latency targets it names; `MRTR_BENCH_PROXY_WRAPPER` runs the proxy under
+//! a tool (callgrind), `MRTR_BENCH_TRACING_WRAPPER` the proxies that export traces (`traces`).
+//! Every loop is bounded in count and time.
 
 #![allow(
     clippy::print_stdout,
@@ -36,6 +38,7 @@ mod report;
     reason = "shared with the other benchmarks; this one uses part of it"
 )]
 mod support;
+mod traces;
 mod wire;
 
 use peers::{Server, ROLE};
@@ -55,6 +58,11 @@ pub(crate) struct Plan {
     pub(crate) parked_ttl: Duration,
     pub(crate) settle: Duration,
     pub(crate) only: Option<String>,
+    /// `MRTR_BENCH_TARGET`: parts of latency labels, joined by `|`.
+    pub(crate) target: Option<String>,
+    /// How long a run on an exporting proxy is followed before its CPU is read: its spans'
+    /// export (every 500 ms) is counted with it, not with the next target's run.
+    pub(crate) export_settle: Duration,
     pub(crate) out: Option<PathBuf>,
 }
 
@@ -64,13 +72,24 @@ impl Plan {
         // 10 000 parked calls need two upstream connections each in the proxy: keep under the
         // open-file limit (the proxy inherits this process's).
         let fd_room = (peers::nofile_limit().saturating_sub(400) / 2) as usize;
+        // Only a whole, unwrapped run rewrites the doc's tables: a part of one, or a profiled
+        // one, would leave them a single row under a tool (it happened).
+        let partial = [
+            "MRTR_BENCH_ONLY",
+            "MRTR_BENCH_TARGET",
+            "MRTR_BENCH_PROXY_WRAPPER",
+            "MRTR_BENCH_TRACING_WRAPPER",
+        ]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some());
         let out = std::env::var_os("MRTR_BENCH_OUT")
             .map(PathBuf::from)
             .or_else(|| {
-                (!smoke)
+                (!smoke && !partial)
                     .then(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/BENCHMARKS.md"))
             });
         let only = std::env::var("MRTR_BENCH_ONLY").ok();
+        let target = std::env::var("MRTR_BENCH_TARGET").ok();
         if smoke {
             return Self {
                 smoke,
@@ -84,6 +103,8 @@ impl Plan {
                 parked_ttl: Duration::from_secs(2),
                 settle: Duration::from_secs(1),
                 only,
+                target,
+                export_settle: Duration::ZERO,
                 out,
             };
         }
@@ -99,6 +120,8 @@ impl Plan {
             parked_ttl: Duration::from_secs(30),
             settle: Duration::from_secs(15),
             only,
+            target,
+            export_settle: Duration::from_millis(700),
             out,
         }
     }
@@ -106,13 +129,28 @@ impl Plan {
     pub(crate) fn runs(&self, phase: &str) -> bool {
         self.only.as_deref().is_none_or(|o| o == phase)
     }
+
+    /// Whether the latency target `label` is timed (`MRTR_BENCH_TARGET` names a part of it).
+    pub(crate) fn times(&self, label: &str) -> bool {
+        self.target
+            .as_deref()
+            .is_none_or(|t| t.split('|').any(|part| label.contains(part)))
+    }
+
+    // Whether this run needs the proxies that export traces.
+    fn traces(&self) -> bool {
+        self.runs("throughput")
+            || (self.runs("latency") && report::TRACING.iter().any(|(l, _)| self.times(l)))
+    }
 }
 
-/// The three ways to the upstream, and the processes behind them.
+/// The three ways to the upstream, the processes behind them, and the proxies that export
+/// traces (when this run measures them).
 pub(crate) struct Targets {
     pub(crate) upstream: Server,
     pub(crate) nginx: Option<Server>,
     pub(crate) proxy: Server,
+    pub(crate) traced: Option<traces::Traced>,
 }
 
 impl Targets {
@@ -167,10 +205,16 @@ async fn run(plan: Plan) {
         }
         let config = proxy_config(1000, Duration::from_secs(300));
         let proxy = peers::start_proxy(&upstream.url, &config, &dir);
+        let traced = if plan.traces() {
+            Some(traces::Traced::start(&upstream.url, &config, &dir).await)
+        } else {
+            None
+        };
         let t = Targets {
             upstream,
             nginx,
             proxy,
+            traced,
         };
         if plan.runs("latency") {
             phases::latency(&plan, &t, &mut report).await;

@@ -116,13 +116,24 @@ pub(crate) fn start_upstream() -> Server {
     }
 }
 
-/// Starts mrtr-proxy in front of `upstream` with `config` (TOML); `wrapper` (from
-/// `MRTR_BENCH_PROXY_WRAPPER`, e.g. `valgrind --tool=callgrind`) runs it under a tool.
+/// Starts mrtr-proxy in front of `upstream` with `config` (TOML), under the tool
+/// `MRTR_BENCH_PROXY_WRAPPER` names (e.g. `valgrind --tool=callgrind`) if any.
 pub(crate) fn start_proxy(upstream: &str, config: &str, dir: &Path) -> Server {
+    start_proxy_under(upstream, config, dir, "MRTR_BENCH_PROXY_WRAPPER")
+}
+
+/// As [`start_proxy`], under the tool the environment variable `wrapper` names. The proxy does
+/// not see this process's `OTEL_*` variables (they would override its `[telemetry]`).
+pub(crate) fn start_proxy_under(upstream: &str, config: &str, dir: &Path, wrapper: &str) -> Server {
     let path = dir.join(format!("proxy-{}.toml", unique()));
     std::fs::write(&path, config).expect("proxy config");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_mrtr-proxy"));
-    let (cmd, graceful) = wrapped(&bin, "MRTR_BENCH_PROXY_WRAPPER");
+    let (mut cmd, graceful) = wrapped(&bin, wrapper);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("OTEL_") {
+            cmd.env_remove(name);
+        }
+    }
     let (child, url) = super::support::launch_proxy(cmd, upstream, &path);
     Server {
         child,

@@ -1,6 +1,7 @@
 //! The phases of a run: latency, throughput, concurrency, capacity, token.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mrtr_proxy::benching::TokenBench;
@@ -8,11 +9,14 @@ use mrtr_proxy::benching::TokenBench;
 use super::load::{self, median, quantile, shuffled};
 use super::peers;
 use super::report::{self, Capacity, Report};
+use super::traces::{Counts, Exported, Traced};
 use super::wire::{Client, Endpoint, Exchange};
 use super::{proxy_config, Plan, Targets};
 
 // Per-run bound on exchanges per worker (the run's time bounds it first).
 const MAX_EACH: usize = 1_000_000;
+// Connections of the throughput phase.
+const CONNS: usize = 32;
 
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
@@ -26,180 +30,226 @@ async fn session(ep: &Endpoint) -> String {
         .await
 }
 
-/// A latency target: label, endpoint, exchange, legacy session, and the process in the middle
-/// whose CPU is read.
-type Target = (
-    &'static str,
-    Endpoint,
-    Exchange,
-    Option<String>,
-    Option<u32>,
-);
+/// A latency target: what is timed, where, and what is read around it.
+pub(crate) struct Target {
+    pub(crate) label: &'static str,
+    pub(crate) ep: Endpoint,
+    pub(crate) ex: Exchange,
+    /// The legacy session to call in.
+    pub(crate) session: Option<String>,
+    /// The process in the middle, whose CPU is read.
+    pub(crate) pid: Option<u32>,
+    /// Whether that process exports traces: its runs are followed by `Plan::export_settle`.
+    pub(crate) exports: bool,
+    /// The sink it exports to, whose counters are read around its runs.
+    pub(crate) sink: Option<Arc<Counts>>,
+}
+
+impl Target {
+    fn new(label: &'static str, ep: &Endpoint, ex: Exchange, session: Option<&str>) -> Self {
+        Self {
+            label,
+            ep: ep.clone(),
+            ex,
+            session: session.map(str::to_owned),
+            pid: None,
+            exports: false,
+            sink: None,
+        }
+    }
+
+    fn in_middle(self, pid: u32) -> Self {
+        Self {
+            pid: Some(pid),
+            ..self
+        }
+    }
+}
+
+// The direct, nginx and proxy targets (the exporting proxies' come from `traces`).
+async fn latency_targets(t: &Targets) -> Vec<Target> {
+    use Exchange::{LegacyCall, LegacyRound, ModernCall, MrtrRound};
+    let direct = t.direct();
+    let s = session(&direct).await;
+    let mut out = vec![
+        Target::new(report::DIRECT_CALL, &direct, LegacyCall, Some(&s)),
+        Target::new(report::DIRECT_ROUND, &direct, LegacyRound, Some(&s)),
+    ];
+    if let (Some(nginx), Some(server)) = (t.nginx(), t.nginx.as_ref()) {
+        let s = session(&nginx).await;
+        let pid = server.pid();
+        out.push(Target::new(report::NGINX_CALL, &nginx, LegacyCall, Some(&s)).in_middle(pid));
+        out.push(Target::new(report::NGINX_ROUND, &nginx, LegacyRound, Some(&s)).in_middle(pid));
+    }
+    let proxy = t.proxy();
+    let pid = t.proxy.pid();
+    let s = session(&proxy).await;
+    for (label, ex, s) in [
+        (report::PROXY_LEGACY_CALL, LegacyCall, Some(s.as_str())),
+        (report::PROXY_MODERN_CALL, ModernCall, None),
+        (report::PROXY_ROUND, MrtrRound, None),
+    ] {
+        out.push(Target::new(label, &proxy, ex, s).in_middle(pid));
+    }
+    out
+}
 
 /// Sequential latency of every target, interleaved in a random order per iteration.
 pub(crate) async fn latency(plan: &Plan, t: &Targets, report: &mut Report) {
-    let mut targets: Vec<Target> = Vec::new();
-    let direct = t.direct();
-    let proxy = t.proxy();
-    let proxy_pid = Some(t.proxy.pid());
-    let s = session(&direct).await;
-    targets.push((
-        report::DIRECT_CALL,
-        direct.clone(),
-        Exchange::LegacyCall,
-        Some(s.clone()),
-        None,
-    ));
-    targets.push((
-        report::DIRECT_ROUND,
-        direct,
-        Exchange::LegacyRound,
-        Some(s),
-        None,
-    ));
-    if let (Some(nginx), Some(server)) = (t.nginx(), t.nginx.as_ref()) {
-        let s = session(&nginx).await;
-        let pid = Some(server.pid());
-        targets.push((
-            report::NGINX_CALL,
-            nginx.clone(),
-            Exchange::LegacyCall,
-            Some(s.clone()),
-            pid,
-        ));
-        targets.push((
-            report::NGINX_ROUND,
-            nginx,
-            Exchange::LegacyRound,
-            Some(s),
-            pid,
-        ));
-    }
-    let s = session(&proxy).await;
-    targets.push((
-        report::PROXY_LEGACY_CALL,
-        proxy.clone(),
-        Exchange::LegacyCall,
-        Some(s),
-        proxy_pid,
-    ));
-    targets.push((
-        report::PROXY_MODERN_CALL,
-        proxy.clone(),
-        Exchange::ModernCall,
-        None,
-        proxy_pid,
-    ));
-    targets.push((
-        report::PROXY_ROUND,
-        proxy,
-        Exchange::MrtrRound,
-        None,
-        proxy_pid,
-    ));
+    let mut targets = latency_targets(t).await;
+    targets.extend(t.traced.iter().flat_map(Traced::latency_targets));
     // `MRTR_BENCH_TARGET=modern` (a part of a label) times only the targets it names: a
     // profile of one path.
-    if let Ok(only) = std::env::var("MRTR_BENCH_TARGET") {
-        targets.retain(|(label, ..)| label.contains(only.as_str()));
-    }
+    targets.retain(|target| plan.times(target.label));
     let mut clients = Vec::new();
-    for (label, ep, ex, s, pid) in targets {
+    for target in targets {
+        let client = Client::open(&target.ep, target.ex, target.session.clone()).await;
         clients.push(Timed {
-            label,
-            ex,
-            client: Client::open(&ep, ex, s).await,
-            pid,
+            target,
+            client,
             p50s: Vec::new(),
             p99s: Vec::new(),
             cpu: Vec::new(),
+            exported: Exported::default(),
         });
     }
     for round in 0..plan.rounds {
         let order = shuffled((0..clients.len()).collect::<Vec<_>>());
         for i in order {
-            let c = &mut clients[i];
-            // CPU time of the process in the middle (all its threads, kernel included) over
-            // the whole run, warm-up too, per exchange.
-            let cpu_before = c.pid.map(peers::cpu_ns);
-            let lat = load::sequential(&mut c.client, c.ex, plan.warmup, plan.iterations).await;
-            if let (Some(pid), Some(before)) = (c.pid, cpu_before) {
-                let n = (plan.warmup + plan.iterations) as f64;
-                c.cpu
-                    .push(peers::cpu_ns(pid).saturating_sub(before) as f64 / 1000.0 / n);
-            }
-            c.p50s.push(us(quantile(&lat, 0.5)));
-            c.p99s.push(us(quantile(&lat, 0.99)));
+            time(plan, &mut clients[i]).await;
         }
         println!("latency: iteration {} of {} done", round + 1, plan.rounds);
     }
+    if let Some(traced) = t
+        .traced
+        .as_ref()
+        .filter(|_| clients.iter().any(|c| c.target.sink.is_some()))
+    {
+        report.sink(traced.check().await);
+    }
+    let per_run = (plan.rounds * (plan.warmup + plan.iterations)) as f64;
     for c in clients {
         let cpu = (!c.cpu.is_empty()).then(|| median(c.cpu));
-        report.latency(c.label, median(c.p50s), median(c.p99s), cpu);
+        let label = c.target.label;
+        report.latency(label, median(c.p50s), median(c.p99s), cpu);
+        // Without the settle (a smoke run) the spans are not all in yet.
+        if c.target.sink.is_some() && !plan.export_settle.is_zero() {
+            report.exported(
+                label,
+                c.exported.spans as f64 / per_run,
+                c.exported.bytes as f64 / per_run,
+            );
+        }
     }
+}
+
+// One run of one target: its latencies, and the CPU of the process in the middle (all its
+// threads, kernel included) over the whole run, warm-up too, per exchange; on an exporting
+// proxy, until its spans have been exported.
+async fn time(plan: &Plan, c: &mut Timed) {
+    let cpu_before = c.target.pid.map(peers::cpu_ns);
+    let sent_before = c.target.sink.as_ref().map(|s| s.now());
+    let lat = load::sequential(&mut c.client, c.target.ex, plan.warmup, plan.iterations).await;
+    if c.target.exports {
+        tokio::time::sleep(plan.export_settle).await;
+    }
+    if let (Some(pid), Some(before)) = (c.target.pid, cpu_before) {
+        let n = (plan.warmup + plan.iterations) as f64;
+        c.cpu
+            .push(peers::cpu_ns(pid).saturating_sub(before) as f64 / 1000.0 / n);
+    }
+    if let (Some(sink), Some(before)) = (&c.target.sink, sent_before) {
+        c.exported = c.exported.plus(sink.now().since(before));
+    }
+    c.p50s.push(us(quantile(&lat, 0.5)));
+    c.p99s.push(us(quantile(&lat, 0.99)));
 }
 
 /// One latency target: its client, and what each iteration measured.
 struct Timed {
-    label: &'static str,
-    ex: Exchange,
+    target: Target,
     client: Client,
-    pid: Option<u32>,
     p50s: Vec<f64>,
     p99s: Vec<f64>,
     /// µs of CPU of the process in the middle per exchange.
     cpu: Vec<f64>,
+    /// What its proxy exported over all its runs.
+    exported: Exported,
+}
+
+/// A throughput target: its connections, whether its proxy exports traces, and the rate of
+/// each iteration.
+struct Loaded {
+    label: &'static str,
+    ex: Exchange,
+    clients: Vec<Client>,
+    exports: bool,
+    rates: Vec<f64>,
+}
+
+impl Loaded {
+    async fn open(
+        label: &'static str,
+        (ep, ex): (&Endpoint, Exchange),
+        session: Option<&str>,
+        exports: bool,
+    ) -> Self {
+        Self {
+            label,
+            ex,
+            clients: load::clients(ep, ex, session, CONNS).await,
+            exports,
+            rates: Vec::new(),
+        }
+    }
+}
+
+// The direct, nginx and proxy targets, and the exporting proxies' modern call (sink; hung).
+async fn throughput_targets(t: &Targets) -> Vec<Loaded> {
+    let (call, modern) = (Exchange::LegacyCall, Exchange::ModernCall);
+    let direct = t.direct();
+    let s = session(&direct).await;
+    let mut out = vec![Loaded::open(report::DIRECT_CALL, (&direct, call), Some(&s), false).await];
+    if let Some(nginx) = t.nginx() {
+        let s = session(&nginx).await;
+        out.push(Loaded::open(report::NGINX_CALL, (&nginx, call), Some(&s), false).await);
+    }
+    let proxy = t.proxy();
+    let s = session(&proxy).await;
+    out.push(Loaded::open(report::PROXY_LEGACY_CALL, (&proxy, call), Some(&s), false).await);
+    out.push(Loaded::open(report::PROXY_MODERN_CALL, (&proxy, modern), None, false).await);
+    if let Some(traced) = &t.traced {
+        for (label, server) in [
+            (report::TRACED_CALL, &traced.on),
+            (report::HUNG_CALL, &traced.hung),
+        ] {
+            let ep = Endpoint::parse(&server.url);
+            out.push(Loaded::open(label, (&ep, modern), None, true).await);
+        }
+    }
+    out
 }
 
 /// Requests per second at 32 connections, interleaved like latency.
 pub(crate) async fn throughput(plan: &Plan, t: &Targets, report: &mut Report) {
-    const CONNS: usize = 32;
-    let direct = t.direct();
-    let proxy = t.proxy();
-    let mut targets: Vec<(&'static str, Exchange, Vec<Client>, Vec<f64>)> = Vec::new();
-    let s = session(&direct).await;
-    let ex = Exchange::LegacyCall;
-    targets.push((
-        report::DIRECT_CALL,
-        ex,
-        load::clients(&direct, ex, Some(&s), CONNS).await,
-        vec![],
-    ));
-    if let Some(nginx) = t.nginx() {
-        let s = session(&nginx).await;
-        targets.push((
-            report::NGINX_CALL,
-            ex,
-            load::clients(&nginx, ex, Some(&s), CONNS).await,
-            vec![],
-        ));
-    }
-    let s = session(&proxy).await;
-    targets.push((
-        report::PROXY_LEGACY_CALL,
-        ex,
-        load::clients(&proxy, ex, Some(&s), CONNS).await,
-        vec![],
-    ));
-    let m = Exchange::ModernCall;
-    targets.push((
-        report::PROXY_MODERN_CALL,
-        m,
-        load::clients(&proxy, m, None, CONNS).await,
-        vec![],
-    ));
+    let mut targets = throughput_targets(t).await;
     for round in 0..plan.rounds.div_ceil(2) {
         for i in shuffled((0..targets.len()).collect::<Vec<_>>()) {
-            let (_, ex, clients, rates) = &mut targets[i];
+            let target = &mut targets[i];
+            let clients = std::mem::take(&mut target.clients);
             let (run, back) =
-                load::concurrent(std::mem::take(clients), *ex, plan.throughput_time, MAX_EACH)
-                    .await;
-            *clients = back;
-            rates.push(run.rate());
+                load::concurrent(clients, target.ex, plan.throughput_time, MAX_EACH).await;
+            target.clients = back;
+            target.rates.push(run.rate());
+            // Its spans' export, which follows, is not the next target's load.
+            if target.exports {
+                tokio::time::sleep(plan.export_settle).await;
+            }
         }
         println!("throughput: iteration {} done", round + 1);
     }
-    for (label, _, _, rates) in targets {
-        report.throughput(label, median(rates));
+    for target in targets {
+        report.throughput(target.label, median(target.rates));
     }
 }
 

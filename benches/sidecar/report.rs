@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use super::traces::Exported;
 use super::Plan;
 
 pub(crate) const DIRECT_CALL: &str = "direct: legacy tools/call";
@@ -16,6 +17,21 @@ pub(crate) const PROXY_MODERN_CALL: &str = "mrtr-proxy: modern tools/call";
 pub(crate) const DIRECT_ROUND: &str = "direct: legacy elicitation round";
 pub(crate) const NGINX_ROUND: &str = "nginx: legacy elicitation round";
 pub(crate) const PROXY_ROUND: &str = "mrtr-proxy: MRTR round";
+pub(crate) const TRACED_CALL: &str = "mrtr-proxy, tracing on (sampled 1.0): modern tools/call";
+pub(crate) const TRACED_ROUND: &str = "mrtr-proxy, tracing on (sampled 1.0): MRTR round";
+pub(crate) const DOWN_CALL: &str = "mrtr-proxy, tracing on, collector down: modern tools/call";
+pub(crate) const DOWN_ROUND: &str = "mrtr-proxy, tracing on, collector down: MRTR round";
+pub(crate) const HUNG_CALL: &str = "mrtr-proxy, tracing on, collector hung: modern tools/call";
+pub(crate) const HUNG_ROUND: &str = "mrtr-proxy, tracing on, collector hung: MRTR round";
+/// The exporting proxies' targets, each with the same exchange on the proxy that does not export.
+pub(crate) const TRACING: [(&str, &str); 6] = [
+    (TRACED_CALL, PROXY_MODERN_CALL),
+    (TRACED_ROUND, PROXY_ROUND),
+    (DOWN_CALL, PROXY_MODERN_CALL),
+    (DOWN_ROUND, PROXY_ROUND),
+    (HUNG_CALL, PROXY_MODERN_CALL),
+    (HUNG_ROUND, PROXY_ROUND),
+];
 
 const BEGIN: &str = "<!-- bench:begin (written by `cargo bench --bench sidecar`) -->";
 const END: &str = "<!-- bench:end -->";
@@ -49,6 +65,10 @@ pub(crate) struct Report {
     concurrency: Vec<(usize, f64, Duration, Duration)>,
     capacity: Option<Capacity>,
     token_us: f64,
+    /// Spans and bytes exported per exchange, by target.
+    exported: BTreeMap<&'static str, (f64, f64)>,
+    /// Everything the sink received in the latency phase.
+    sink: Option<Exported>,
 }
 
 impl Report {
@@ -64,6 +84,8 @@ impl Report {
             concurrency: Vec::new(),
             capacity: None,
             token_us: 0.0,
+            exported: BTreeMap::new(),
+            sink: None,
         }
     }
 
@@ -94,6 +116,60 @@ impl Report {
 
     pub(crate) fn token(&mut self, us: f64) {
         self.token_us = us;
+    }
+
+    pub(crate) fn exported(&mut self, label: &'static str, spans: f64, bytes: f64) {
+        self.exported.insert(label, (spans, bytes));
+    }
+
+    pub(crate) fn sink(&mut self, got: Exported) {
+        self.sink = Some(got);
+    }
+
+    // What exporting traces adds: each exporting target against the same exchange on the proxy
+    // that does not export (empty when no exporting proxy was measured).
+    fn tracing(&self) -> String {
+        let us = |v: f64| format!("{v:+.1} µs");
+        let mut rows = String::new();
+        for (label, base) in TRACING {
+            let Some((p50, p99)) = self.added(label, base) else {
+                continue;
+            };
+            let cpu = self.cpu.get(label).zip(self.cpu.get(base));
+            let cpu = cpu.map_or("–".into(), |(a, b)| us(a - b));
+            let sent = self
+                .exported
+                .get(label)
+                .map_or("–".into(), |(spans, bytes)| {
+                    format!("{spans:.2} spans, {bytes:.0} B")
+                });
+            let _ = writeln!(
+                rows,
+                "| {label} | {} | {} | {cpu} | {sent} |",
+                us(p50),
+                us(p99)
+            );
+        }
+        let mut t = String::new();
+        if !rows.is_empty() {
+            t.push_str("Trace export: the same proxy with `[telemetry]` (OTLP/HTTP to a sink in the harness, or to a dead collector); added: against the proxy without it, same method as above.\n\n\
+                | target | p50 added | p99 added | CPU per exchange added | exported per exchange |\n|---|---|---|---|---|\n");
+            t.push_str(&rows);
+        }
+        if let Some(s) = self.sink {
+            let _ = writeln!(
+                t,
+                "\nThe sink received {} exports, {} spans, {} bytes in the latency phase.",
+                s.requests, s.spans, s.bytes
+            );
+        }
+        let rate = |l: &str| self.throughput.get(l).copied();
+        for label in [TRACED_CALL, HUNG_CALL] {
+            if let (Some(on), Some(off)) = (rate(label), rate(PROXY_MODERN_CALL)) {
+                let _ = writeln!(t, "\nThroughput at 32 connections, {label}: {on:.0} req/s against {off:.0} without export ({:.2}×).", on / off.max(1e-9));
+            }
+        }
+        t
     }
 
     // (what is added over the direct path, p50 and p99) of `label` against `base`.
@@ -234,11 +310,12 @@ impl Report {
     /// Prints the tables and, unless a smoke run, writes them into the docs.
     pub(crate) fn finish(self, took: Duration) {
         let body = format!(
-            "{}\n\n{}\n\n{}\n\n{}\n\nMachine: {}. Date: {}. Command: `cargo bench --bench sidecar` ({:.0} s).",
+            "{}\n\n{}\n\n{}\n\n{}\n{}\nMachine: {}. Date: {}. Command: `cargo bench --bench sidecar` ({:.0} s).",
             self.targets(),
             self.cpu_line(),
             self.capacity_line(),
             self.details(),
+            self.tracing(),
             machine(),
             run(&["date", "-u", "+%Y-%m-%d %H:%M UTC"]),
             took.as_secs_f64(),
