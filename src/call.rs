@@ -118,7 +118,8 @@ pub(crate) struct CallSpec {
     pub(crate) principal: String,
     /// What goes upstream for the principal: the latest leg's (a retry brings its own).
     pub(crate) credentials: Credentials,
-    /// With traces exported: the first leg's span as a `traceparent`, carried in the tokens.
+    /// With traces exported: the first leg's span as a `traceparent`, carried in the tokens
+    /// (taken at the first round: a call that never parks never needs it).
     pub(crate) origin: Option<String>,
     /// With traces exported: the client span of the upstream call (ends with the actor); the
     /// task's transitions are its events.

@@ -115,9 +115,9 @@ impl TraceContext {
         client(|| "inputResponses".to_owned())
     }
 
-    /// With traces exported, the current span as a `traceparent` (what a retry links to).
-    pub(crate) fn current_parent() -> Option<String> {
-        traceparent_of(&tracing::Span::current())
+    /// With traces exported, `span` as a `traceparent` (what a retry links to).
+    pub(crate) fn traceparent(span: &tracing::Span) -> Option<String> {
+        traceparent_of(span)
     }
 
     /// Adds the event `name` to `span`, with the attributes `attributes` builds (only built,

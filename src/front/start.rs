@@ -41,7 +41,7 @@ pub(super) fn start_call(
         input_capable,
         principal: who.digest,
         credentials: who.credentials.and(trace.headers()),
-        origin: TraceContext::current_parent(),
+        origin: None,
         upstream_span,
         replay_from,
         gated,
