@@ -23,6 +23,7 @@ use crate::jsonrpc::{EnvelopeError, Kind, Message};
 use crate::ops::metrics::{self, Era, Limit, RequestTimer};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, TASKS_EXTENSION, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
+use crate::trace_context::TraceContext;
 
 mod approval;
 pub(crate) mod bridge;
@@ -170,6 +171,8 @@ async fn answer(
         // A legacy client's GET stream or DELETE: relay untouched and unbuffered.
         Method::GET | Method::DELETE if has_session => {
             timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
+            let span = tracing::Span::current();
+            TraceContext::describe_legacy(&span, (req.headers(), b""), req.method().as_str());
             if req.method() == Method::DELETE {
                 approval::forget_session(&app, req.headers());
             }
@@ -200,13 +203,24 @@ async fn sse_transport(
     mut timer: RequestTimer,
 ) -> Response<Body> {
     timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
+    let span = tracing::Span::current();
     let is_stream = req.uri().path() == app.config.server.sse_path;
     match (req.method(), is_stream) {
-        (&Method::GET, true) => sse_client::open(&app, &who, timer),
+        (&Method::GET, true) => {
+            TraceContext::describe_legacy(&span, (req.headers(), b""), "GET");
+            sse_client::open(&app, &who, timer)
+        }
         (&Method::POST, false) => {
             let query = req.uri().query().map(str::to_owned);
+            // Kept past the body's read only for a span to describe.
+            let headers = crate::ops::telemetry::exporting().then(|| req.headers().clone());
             match read_body(&app, req.into_body()).await {
-                Ok(bytes) => sse_client::post(&app, query.as_deref(), &bytes, &who, timer).await,
+                Ok(bytes) => {
+                    if let Some(headers) = &headers {
+                        TraceContext::describe_legacy(&span, (headers, &bytes), "legacy response");
+                    }
+                    sse_client::post(&app, query.as_deref(), &bytes, &who, timer).await
+                }
                 Err(e) => edge::fail(timer, &e, None),
             }
         }
@@ -256,6 +270,8 @@ async fn post(
         Ok(Classified::Modern(msg)) => modern(app, inbound, (msg, who), timer).await,
         Ok(Classified::Legacy) => {
             timer.label(Era::Legacy, metrics::Method::HttpPost);
+            let span = tracing::Span::current();
+            TraceContext::describe_legacy(&span, (&parts.headers, &bytes), "legacy response");
             if let Err(refusal) = app.auth.check_legacy_call(&who, &bytes) {
                 return edge::fail(timer, &ProxyError::Unauthenticated(refusal), None);
             }

@@ -97,6 +97,64 @@ impl TraceContext {
         Self { values }
     }
 
+    /// Describes a legacy client's request span, as [`Self::describe`] does a modern one: named
+    /// by its JSON-RPC method (and target), else `unnamed` (a GET stream, a response), parented
+    /// on the client's context (`params._meta`, else the headers), the version it spoke. Only
+    /// when traces are exported (the body is parsed for it); what the client sent reaches the
+    /// upstream untouched either way.
+    pub(crate) fn describe_legacy(
+        span: &tracing::Span,
+        (headers, body): (&HeaderMap, &[u8]),
+        unnamed: &str,
+    ) {
+        #[derive(serde::Deserialize)]
+        struct Envelope {
+            method: Option<String>,
+            params: Option<Params>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Params {
+            name: Option<String>,
+            uri: Option<String>,
+            #[serde(rename = "_meta")]
+            meta: Option<Map<String, Value>>,
+        }
+        if !crate::ops::telemetry::exporting() {
+            return;
+        }
+        let envelope = serde_json::from_slice::<Envelope>(body).ok();
+        let method = envelope.as_ref().and_then(|e| e.method.as_deref());
+        let params = envelope.as_ref().and_then(|e| e.params.as_ref());
+        let target = params.and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
+        let trace = Self::of(params.and_then(|p| p.meta.as_ref()), headers);
+        span.record(
+            "otel.name",
+            span_name(method.unwrap_or(unnamed), target.unwrap_or("")),
+        );
+        if trace.is_valid() {
+            let _ = span.set_parent(trace.context());
+        }
+        if let Some(method) = method {
+            mcp_attributes(span, method, target.unwrap_or(""));
+        }
+        if let Some(v) = headers
+            .get(crate::protocol::VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+        {
+            span.set_attribute("mcp.protocol.version", v.to_owned());
+        }
+    }
+
+    // The OTel context this trace context names.
+    fn context(&self) -> opentelemetry::Context {
+        let carrier: std::collections::HashMap<String, String> = self
+            .values
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.clone()))
+            .collect();
+        TraceContextPropagator::new().extract(&carrier)
+    }
+
     /// A client span for the upstream request `<method> <target>` (the call itself, or the
     /// answers a retry delivers), the child of the current span; none when traces are not
     /// exported. The upstream's parent is this span (see [`Self::for_span`]); it ends when
@@ -140,12 +198,7 @@ impl TraceContext {
         }
         span.record("otel.name", span_name(method, target));
         if self.is_valid() {
-            let carrier: std::collections::HashMap<String, String> = self
-                .values
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), v.clone()))
-                .collect();
-            let _ = span.set_parent(TraceContextPropagator::new().extract(&carrier));
+            let _ = span.set_parent(self.context());
         }
         mcp_attributes(span, method, target);
         span.set_attribute("mcp.protocol.version", crate::protocol::MODERN_VERSION);

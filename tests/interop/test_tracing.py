@@ -487,6 +487,47 @@ def test_the_call_is_traced_the_same_on_http_sse_and_stdio_upstreams(traced, oth
         assert posted["headers"].get("traceparent") == parsed["traceparent"], posted
 
 
+def legacy_post(url, body, headers):
+    """POSTs one legacy (2025-06-18) message; (status, response headers, answers parsed from JSON
+    or SSE)."""
+    h = {"content-type": "application/json", "accept": "application/json, text/event-stream", **headers}
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers=h)
+    with urllib.request.urlopen(req, timeout=WAIT_S) as r:
+        raw = r.read().decode()
+        if not r.headers.get("content-type", "").startswith("text/event-stream"):
+            return r.status, r.headers, [json.loads(raw)] if raw.strip() else []
+        data = ["\n".join(l[5:].lstrip() for l in e.split("\n") if l.startswith("data:"))
+                for e in raw.replace("\r\n", "\n").split("\n\n")]
+        return r.status, r.headers, [json.loads(d) for d in data if d.strip()]
+
+
+def test_a_legacy_clients_requests_are_spans_in_its_trace_and_reach_the_upstream_untouched(traced):
+    rx, proxy, base = traced["rx"], traced["proxy"], traced["base"]
+    trace, init_span, call_span = new_trace(), new_span(), new_span()
+    legacy = "2025-06-18"
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": legacy, "capabilities": {}, "clientInfo": {"name": "legacy-tracing", "version": "1"}}}
+    status, headers, _ = legacy_post(proxy.url, init, {"traceparent": traceparent(trace, init_span)})
+    assert status == 200
+    session = {"mcp-session-id": headers["mcp-session-id"], "mcp-protocol-version": legacy}
+    legacy_post(proxy.url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "trace_meta", "arguments": {}, "_meta": {"traceparent": traceparent(trace, call_span)}}}
+    status, _, answers = legacy_post(proxy.url, call, session)
+    assert status == 200 and answers[-1]["id"] == 2, answers
+
+    spans = rx.wait_for(server_spans(trace), count=2)
+    by_name = {s.name: s for s in spans}
+    assert by_name["initialize"].parent_span_id == init_span, rx.dump(lambda s: s.trace_id == trace)
+    called = by_name["tools/call trace_meta"]
+    assert called.parent_span_id == call_span, called.brief()
+    assert called.attributes.get("gen_ai.tool.name") == "trace_meta", called.brief()
+    assert called.attributes.get("mcp.protocol.version") == legacy, called.brief()
+    # Pass-through: the upstream got the client's own context, not one of the proxy's spans.
+    got = json.loads(answers[-1]["result"]["content"][0]["text"])
+    assert got["traceparent"] == traceparent(trace, call_span), got
+
+
 def test_the_http_traceparent_header_is_the_parent_when_meta_has_none(traced):
     rx, proxy, base = traced["rx"], traced["proxy"], traced["base"]
     trace, client_span, rpc_id = new_trace(), new_span(), unique_id()
