@@ -106,7 +106,10 @@ impl Call {
         let journal = self.journal().await;
         if self.spec.origin.is_none() {
             // The first round is answered on the first leg.
-            self.spec.origin = self.phase.leg().and_then(|l| TraceContext::traceparent(&l.span));
+            self.spec.origin = self
+                .phase
+                .leg()
+                .and_then(|l| TraceContext::traceparent(&l.span));
         }
         let round = self.rounds.open();
         let tokens = &self.ctx.tokens;
