@@ -61,9 +61,19 @@ impl TraceContext {
             return false;
         };
         let parts: Vec<&str> = tp.split('-').collect();
-        let hex = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_hexdigit());
+        // Lowercase hex only (W3C); version 00 has exactly four fields, a later one may add.
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
         let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
-        parts.len() >= 4
+        let fields = if parts.first() == Some(&"00") {
+            parts.len() == 4
+        } else {
+            parts.len() >= 4
+        };
+        fields
             && hex(parts[0], 2)
             && parts[0] != "ff"
             && hex(parts[1], 32)
@@ -204,7 +214,9 @@ impl TraceContext {
         span.set_attribute("mcp.protocol.version", crate::protocol::MODERN_VERSION);
         // A string id as its text, a number as written.
         let id = serde_json::from_str::<String>(id).unwrap_or_else(|_| id.to_owned());
-        span.set_attribute("jsonrpc.request.id", id);
+        if !bounded(&id).is_empty() {
+            span.set_attribute("jsonrpc.request.id", id);
+        }
     }
 
     /// Links `span` to the span `traceparent` names (a retry's span to its call's first leg).
@@ -267,8 +279,25 @@ fn client(name: impl FnOnce() -> String) -> tracing::Span {
     span
 }
 
+/// Longest client-chosen value (a JSON-RPC id, a tool name or URI) put in a span: spans wait in
+/// the export queue, and a request body may be megabytes.
+const MAX_ATTRIBUTE_BYTES: usize = 256;
+
+// A client-chosen value as a span may carry it: itself, or nothing when too long.
+fn bounded(value: &str) -> &str {
+    if value.len() <= MAX_ATTRIBUTE_BYTES {
+        value
+    } else {
+        ""
+    }
+}
+
 // A span's name by the MCP conventions: `<method> <target>`, or the method alone.
 fn span_name(method: &str, target: &str) -> String {
+    let (method, target) = match (bounded(method), bounded(target)) {
+        ("", _) => ("mcp message", ""),
+        known => known,
+    };
     if target.is_empty() {
         method.to_owned()
     } else {
@@ -278,7 +307,11 @@ fn span_name(method: &str, target: &str) -> String {
 
 // The method and its target, as the MCP conventions name them.
 fn mcp_attributes(span: &tracing::Span, method: &str, target: &str) {
+    let (method, target) = (bounded(method), bounded(target));
     span.set_attribute("mcp.method.name", method.to_owned());
+    if target.is_empty() {
+        return;
+    }
     match method {
         "tools/call" => span.set_attribute("gen_ai.tool.name", target.to_owned()),
         "resources/read" => span.set_attribute("mcp.resource.uri", target.to_owned()),
@@ -337,6 +370,9 @@ mod tests {
             "00-zz-b7ad6b7169203331-01",
             "00-00000000000000000000000000000000-b7ad6b7169203331-01",
             "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            // Uppercase hex, and a fifth field on version 00 (W3C: both invalid).
+            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
         ] {
             let meta: Map<String, Value> =
                 serde_json::from_value(serde_json::json!({"traceparent": bad})).unwrap();
@@ -345,5 +381,21 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_later_version_may_add_fields() {
+        let tp = "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what-comes-next";
+        let meta: Map<String, Value> =
+            serde_json::from_value(serde_json::json!({ "traceparent": tp })).unwrap();
+        assert!(!TraceContext::of(Some(&meta), &HeaderMap::new()).is_empty());
+    }
+
+    #[test]
+    fn client_chosen_values_too_long_for_a_span_are_left_out() {
+        let long = "x".repeat(MAX_ATTRIBUTE_BYTES + 1);
+        assert_eq!(span_name("tools/call", &long), "tools/call");
+        assert_eq!(span_name(&long, ""), "mcp message");
+        assert_eq!(span_name("tools/call", "ask"), "tools/call ask");
     }
 }

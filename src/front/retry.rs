@@ -142,7 +142,7 @@ fn replay_here(
     });
     tracing::info!(owner = %claims.issuer, round = claims.round, "running a lost call again from its token");
     let replayer = Replayer::new(journal, answers);
-    let rx = start_call(app, req, who, (true, Some(replayer)));
+    let rx = start_call(app, req, who, (true, Some((replayer, claims.origin))));
     Ok(Resumed::Here(rx))
 }
 

@@ -19,12 +19,13 @@ use crate::state::request_digest;
 use crate::trace_context::TraceContext;
 
 /// Starts the actor for `req`; it answers on the returned leg. `input_capable`: the call may
-/// park; `replay_from`: the answers a lost call's token carried.
+/// park; `replay_from`: the answers a lost call's token carried, and its first leg's span (what
+/// the replay's retries link to).
 pub(super) fn start_call(
     app: &Arc<App>,
     req: ModernRequest,
     who: Principal,
-    (input_capable, replay_from): (bool, Option<Replayer>),
+    (input_capable, replay_from): (bool, Option<(Replayer, Option<String>)>),
 ) -> mpsc::Receiver<LegEvent> {
     let (leg, rx) = open_leg(&req);
     let gated = req.method == "tools/call" && app.config.approval.rule_for(req.target()).is_some();
@@ -41,9 +42,9 @@ pub(super) fn start_call(
         input_capable,
         principal: who.digest,
         credentials: who.credentials.and(trace.headers()),
-        origin: None,
+        origin: replay_from.as_ref().and_then(|(_, origin)| origin.clone()),
         upstream_span,
-        replay_from,
+        replay_from: replay_from.map(|(replayer, _)| replayer),
         gated,
         task_after,
     };
