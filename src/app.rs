@@ -134,7 +134,7 @@ impl App {
         let pool = SessionPool::new(&config.upstream, config.pool.clone());
         let issuer = fix_instance_id(&mut config.state);
         let metrics = Arc::new(Metrics::default());
-        metrics.parked_bounds(config.state.parked.total, config.state.parked.bytes);
+        metrics.parked_bounds(config.parked_limit(), config.state.parked.bytes);
         let auth = Authenticator::new(
             &config.auth,
             config.upstream.principal_header.clone(),

@@ -160,11 +160,28 @@ impl Config {
         sizing::fit(self.bounds(), descriptors)
     }
 
+    /// The most parked calls the bounds in force let through (`state.max_parked`, what
+    /// `state.max_parked_memory` pays for, `pool.max_sessions`: the least).
+    pub fn parked_limit(&self) -> usize {
+        sizing::effective(&self.state.parked, &self.pool)
+    }
+
+    /// Bounds that do not add up, in words, for the start-up log (`room`: the parked calls the
+    /// open-file limit holds, as [`Self::fit_descriptors`] said).
+    pub fn sizing_warnings(&self, room: u64) -> Vec<String> {
+        sizing::warnings((&self.state.parked, &self.pool, self.sized), room)
+    }
+
     fn bounds(&mut self) -> sizing::Bounds<'_> {
         sizing::Bounds {
             parked: &mut self.state.parked,
             pool: &mut self.pool,
             max_connections: self.server.max_connections,
+            max_tasks: if self.tasks.enabled {
+                self.tasks.max
+            } else {
+                0
+            },
             sized: self.sized,
         }
     }

@@ -103,6 +103,9 @@ async fn serve(mut config: Config) -> ExitCode {
             pool_max_sessions = config.pool.max_sessions,
             "bounds sized (a sized bound follows memory and open files; one the file sets is kept)"
         );
+        for warning in config.sizing_warnings(room) {
+            tracing::warn!("{warning}");
+        }
     }
     let mcp_path = config.server.mcp_path.clone();
     let admin_listen = config.admin.listen;

@@ -34,27 +34,33 @@ pub(super) struct Bounds<'a> {
     pub(super) parked: &'a mut HeldBounds,
     pub(super) pool: &'a mut Pool,
     pub(super) max_connections: usize,
+    /// Tasks that may run at once (`tasks.max`; 0 with the extension off): each holds a session
+    /// and its descriptors as a parked call does.
+    pub(super) max_tasks: usize,
     pub(super) sized: Sized,
 }
 
 /// Fills in the bounds the file left to memory: `state.max_parked` from
-/// `state.max_parked_memory`, `pool.max_sessions` from it and `server.max_connections`.
+/// `state.max_parked_memory`, `pool.max_sessions` from it, `server.max_connections` and
+/// `tasks.max`.
 pub(super) fn from_memory(b: Bounds<'_>) {
     if b.sized.max_parked {
-        b.parked.total = (b.parked.bytes / PARKED_CALL_BYTES).max(1);
+        b.parked.total = memory_bound(b.parked);
     }
     sessions_follow(b);
 }
 
-/// Lowers a sized `state.max_parked` to what `descriptors` open files hold once every client
-/// connection has its share (and `pool.max_sessions` with it, when sized too). Returns the
-/// parked calls the descriptors hold, for the start-up log.
+/// Lowers a sized `state.max_parked` to what `descriptors` open files hold (and
+/// `pool.max_sessions` with it, when sized too). Client connections and tasks take their share
+/// first, but never more than half of what is left after the reserve: with few descriptors,
+/// parked calls still get the other half. Returns the parked calls the descriptors hold.
 pub(super) fn fit(b: Bounds<'_>, descriptors: u64) -> u64 {
-    let connections = b.max_connections as u64;
-    let room = descriptors
-        .saturating_sub(RESERVED_DESCRIPTORS)
-        .saturating_sub(connections.saturating_mul(DESCRIPTORS_PER_CONNECTION))
-        / DESCRIPTORS_PER_PARKED_CALL;
+    let usable = descriptors.saturating_sub(RESERVED_DESCRIPTORS);
+    let others = (b.max_connections as u64)
+        .saturating_mul(DESCRIPTORS_PER_CONNECTION)
+        .saturating_add((b.max_tasks as u64).saturating_mul(DESCRIPTORS_PER_PARKED_CALL))
+        .min(usable / 2);
+    let room = (usable - others) / DESCRIPTORS_PER_PARKED_CALL;
     if b.sized.max_parked {
         let held = usize::try_from(room).unwrap_or(usize::MAX).max(1);
         b.parked.total = b.parked.total.min(held);
@@ -63,9 +69,57 @@ pub(super) fn fit(b: Bounds<'_>, descriptors: u64) -> u64 {
     room
 }
 
+/// What the bounds in force let through at most: `state.max_parked`, what
+/// `state.max_parked_memory` pays for, and the pool's sessions, whichever is least (the gauge
+/// alerts compare with).
+pub(super) fn effective(parked: &HeldBounds, pool: &Pool) -> usize {
+    parked
+        .total
+        .min(memory_bound(parked))
+        .min(pool.max_sessions)
+}
+
+/// What an operator should hear at start: bounds that do not add up.
+pub(super) fn warnings(
+    (parked, pool, sized): (&HeldBounds, &Pool, Sized),
+    room: u64,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    let memory = memory_bound(parked);
+    if sized.max_parked && room < memory as u64 {
+        out.push(format!(
+            "the open-file limit holds {room} parked calls, fewer than state.max_parked_memory pays \
+             for ({memory}): raise the hard limit (ulimit -Hn, the container runtime's nofile)"
+        ));
+    }
+    if !sized.max_parked && parked.total > memory {
+        out.push(format!(
+            "state.max_parked ({}) is more than state.max_parked_memory pays for at 64 KiB a call \
+             ({memory}): the memory bound stops it first",
+            parked.total
+        ));
+    }
+    if pool.max_sessions < parked.total {
+        out.push(format!(
+            "pool.max_sessions ({}) is below state.max_parked ({}): every parked call holds a \
+             session, so the pool stops them first",
+            pool.max_sessions, parked.total
+        ));
+    }
+    out
+}
+
+fn memory_bound(parked: &HeldBounds) -> usize {
+    (parked.bytes / PARKED_CALL_BYTES).max(1)
+}
+
 fn sessions_follow(b: Bounds<'_>) {
     if b.sized.max_sessions {
-        b.pool.max_sessions = b.parked.total.saturating_add(b.max_connections);
+        b.pool.max_sessions = b
+            .parked
+            .total
+            .saturating_add(b.max_connections)
+            .saturating_add(b.max_tasks);
     }
 }
 
@@ -86,8 +140,11 @@ mod tests {
     fn unset_bounds_follow_memory() {
         let c = config("");
         assert_eq!(c.state.parked.total, 256 * 1024 * 1024 / PARKED_CALL_BYTES);
-        assert_eq!(c.pool.max_sessions, c.state.parked.total + 1024);
-        let c = config("[state]\nmax_parked_memory = \"1GiB\"\n[server]\nmax_connections = 100\n");
+        assert_eq!(c.pool.max_sessions, c.state.parked.total + 1024 + 1000);
+        let c = config(
+            "[state]\nmax_parked_memory = \"1GiB\"\n[server]\nmax_connections = 100\n\
+             [tasks]\nenabled = false\n",
+        );
         assert_eq!(c.state.parked.total, 16_384);
         assert_eq!(c.pool.max_sessions, 16_484);
     }
@@ -96,18 +153,44 @@ mod tests {
     fn descriptors_lower_a_sized_bound_and_never_a_set_one() {
         let mut c = config("[state]\nmax_parked_memory = \"4GiB\"\n");
         let room = fit(&mut c, 20_000);
-        assert_eq!(room, (20_000 - 256 - 3 * 1024) / 2);
+        assert_eq!(room, (20_000 - 256 - 3 * 1024 - 2 * 1000) / 2);
         assert_eq!(c.state.parked.total as u64, room);
-        assert_eq!(c.pool.max_sessions as u64, room + 1024);
+        assert_eq!(c.pool.max_sessions as u64, room + 1024 + 1000);
+        assert!(c.sizing_warnings(room)[0].contains("holds 7336 parked calls"));
+        // The defaults fit in 20 000 descriptors: nothing to say.
+        let mut c = config("");
+        let room = fit(&mut c, 20_000);
+        assert_eq!(c.state.parked.total, 4096);
+        assert!(
+            c.sizing_warnings(room).is_empty(),
+            "{:?}",
+            c.sizing_warnings(room)
+        );
         let mut set = config("[state]\nmax_parked = 50000\n[pool]\nmax_sessions = 60000\n");
         fit(&mut set, 20_000);
         assert_eq!(
             (set.state.parked.total, set.pool.max_sessions),
             (50_000, 60_000)
         );
-        // Too few descriptors for any: still one.
+        // Few descriptors: half of what the reserve leaves goes to parked calls, and the
+        // operator hears why the bound is low.
         let mut c = config("");
-        fit(&mut c, 1024);
+        let room = fit(&mut c, 3300);
+        assert_eq!(room, (3300 - 256) / 2 / 2);
+        assert_eq!(c.state.parked.total as u64, room);
+        assert!(c.sizing_warnings(room)[0].contains("ulimit -Hn"));
+        // Too few for any: still one.
+        let mut c = config("");
+        fit(&mut c, 64);
         assert_eq!(c.state.parked.total, 1);
+    }
+
+    #[test]
+    fn bounds_that_do_not_add_up_are_told_and_the_least_is_in_force() {
+        let c = config("[state]\nmax_parked = 10000\n[pool]\nmax_sessions = 512\n");
+        let said = c.sizing_warnings(u64::MAX);
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(c.parked_limit(), 512);
+        assert_eq!(config("").parked_limit(), 4096);
     }
 }

@@ -6,9 +6,10 @@
 //! Many servers notify a change on *every* session, and each parked call holds one: relayed as
 //! they come, one change would reach each listener once per session. So the feed publishes a
 //! notification (per principal, per exact message) once its copies stop coming: [`QUIET`] after
-//! the last, at most [`MAX_DELAY`] after the first. Nothing is lost by it: what is published
-//! comes after every copy it stands for — a second, genuine change inside the burst included —
-//! and these notifications only tell the client to look again.
+//! the last, at most [`MAX_DELAY`] after the first (copies spread wider go out again, as they
+//! would without it). Nothing is lost by it: what is published comes after every copy it
+//! stands for — a second, genuine change inside the burst included — and these notifications
+//! only tell the client to look again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
