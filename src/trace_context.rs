@@ -188,6 +188,14 @@ impl TraceContext {
         traceparent_of(span)
     }
 
+    /// Marks `span` failed with the JSON-RPC error `code` (`error.type`, and an error status).
+    pub(crate) fn failed(span: &tracing::Span, code: i64) {
+        if crate::ops::telemetry::exporting() {
+            span.set_attribute("error.type", code.to_string());
+            span.set_status(opentelemetry::trace::Status::error(code.to_string()));
+        }
+    }
+
     /// Adds the event `name` to `span`, with the attributes `attributes` builds (only built,
     /// and only added, when traces are exported).
     pub(crate) fn event(

@@ -17,6 +17,7 @@ use crate::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::{INTERNAL_ERROR, LEGACY_URL_ELICITATION_REQUIRED};
 use crate::rewrite::{self, RewriteCtx};
 use crate::state::TokenError;
+use crate::trace_context::TraceContext;
 use crate::upstream::UpstreamError;
 
 impl Call {
@@ -79,6 +80,7 @@ impl Call {
     /// The upstream's final message for a modern client: the result as JSON text, or the error.
     pub(super) fn final_result(&self, msg: Message) -> Result<String, jsonrpc::ErrorObject> {
         if let Some(err) = msg.error {
+            TraceContext::failed(&self.spec.upstream_span, err.code);
             return Err(rewrite::rewrite_error(err));
         }
         // The result of a retry that carried inputResponses must not be cached (caching26).
@@ -106,6 +108,7 @@ impl Call {
     /// (the upstream died meanwhile), by retiring the entry so that a late retry learns why. The
     /// session is not reused.
     pub(super) async fn fail(&mut self, err: ProxyError) {
+        TraceContext::failed(&self.spec.upstream_span, err.to_error_object().code);
         // A task's failure is its final status; then, as for a parked call, there is no
         // exchange to carry it.
         self.fail_task(&err);

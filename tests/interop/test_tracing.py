@@ -319,6 +319,20 @@ def test_the_upstream_call_and_the_delivered_answers_are_client_spans(traced):
     assert_delivered_under(rx, base, trace, retry)
 
 
+def test_an_upstream_error_marks_the_upstream_calls_client_span(traced):
+    rx, proxy = traced["rx"], traced["proxy"]
+    trace, rpc_id = new_trace(), unique_id()
+    uri = "file:///no/such/resource"
+    status, answer = post(proxy.url, modern(rpc_id, "resources/read", {"uri": uri},
+                                            meta={"traceparent": traceparent(trace, new_span())}),
+                          headers={"mcp-name": uri})
+    assert "error" in answer, answer
+    server = span_of(rx, rpc_id)
+    client = rx.wait_one(lambda s: s.trace_id == trace and s.kind == "CLIENT")
+    assert client.parent_span_id == server.span_id, client.brief()
+    assert client.status == "ERROR" and client.attributes.get("error.type"), client.brief(True)
+
+
 def test_park_and_resume_are_events_of_the_legs_spans(traced):
     rx, proxy = traced["rx"], traced["proxy"]
     first_id, retry_id = two_round_ask_name(proxy.url, new_trace(), new_span(), new_span())
