@@ -6,8 +6,9 @@
 //! latency figure is a sequential run on one keep-alive connection; every iteration runs every
 //! target once, in a random order, so that the machine's noise hits all alike, and the table
 //! gives the median over iterations. Then throughput at 32 connections, 1…1000 concurrent
-//! eliciting calls, calls parked at once (memory per call, and back after they expire), and
-//! the requestState sign + verify.
+//! eliciting calls, calls parked at once (memory per call, and back after they expire; a resume
+//! and a legacy pass-through call timed while they wait, against the same proxy idle), and the
+//! requestState sign + verify.
 //!
 //! Writes the table between the markers of `docs/BENCHMARKS.md` (or `MRTR_BENCH_OUT`; a partial
 //! or wrapped run writes only to `MRTR_BENCH_OUT`).
@@ -28,6 +29,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+mod capacity;
 mod load;
 mod peers;
 mod phases;
@@ -56,6 +58,10 @@ pub(crate) struct Plan {
     pub(crate) level_time: Duration,
     pub(crate) parked: usize,
     pub(crate) parked_ttl: Duration,
+    /// Resumes and legacy pass-through calls timed in the capacity phase, idle and while the
+    /// calls wait.
+    pub(crate) resumes: usize,
+    pub(crate) passes: usize,
     pub(crate) settle: Duration,
     pub(crate) only: Option<String>,
     /// `MRTR_BENCH_TARGET`: parts of latency labels, joined by `|`.
@@ -101,6 +107,8 @@ impl Plan {
                 level_time: Duration::from_millis(200),
                 parked: 200.min(fd_room),
                 parked_ttl: Duration::from_secs(2),
+                resumes: 10,
+                passes: 20,
                 settle: Duration::from_secs(1),
                 only,
                 target,
@@ -118,6 +126,8 @@ impl Plan {
             level_time: Duration::from_secs(3),
             parked: 10_000.min(fd_room),
             parked_ttl: Duration::from_secs(30),
+            resumes: 200,
+            passes: 400,
             settle: Duration::from_secs(15),
             only,
             target,
@@ -227,7 +237,7 @@ async fn run(plan: Plan) {
         }
     }
     if plan.runs("capacity") {
-        phases::capacity(&plan, &dir, &mut report).await;
+        capacity::run(&plan, &dir, &mut report).await;
     }
     phases::token(&plan, &mut report);
     let _ = std::fs::remove_dir_all(&dir);

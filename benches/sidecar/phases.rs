@@ -1,6 +1,5 @@
-//! The phases of a run: latency, throughput, concurrency, capacity, token.
+//! The phases of a run: latency, throughput, concurrency, token (capacity: `capacity`).
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,10 +7,10 @@ use mrtr_proxy::benching::TokenBench;
 
 use super::load::{self, median, quantile, shuffled};
 use super::peers;
-use super::report::{self, Capacity, Report};
+use super::report::{self, Report};
 use super::traces::{Counts, Exported, Traced};
 use super::wire::{Client, Endpoint, Exchange};
-use super::{proxy_config, Plan, Targets};
+use super::{Plan, Targets};
 
 // Per-run bound on exchanges per worker (the run's time bounds it first).
 const MAX_EACH: usize = 1_000_000;
@@ -22,8 +21,8 @@ fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
-// A legacy session opened on `ep`.
-async fn session(ep: &Endpoint) -> String {
+/// A legacy session opened on `ep`.
+pub(crate) async fn session(ep: &Endpoint) -> String {
     Client::open(ep, Exchange::LegacyCall, None)
         .await
         .initialize()
@@ -274,70 +273,6 @@ pub(crate) async fn concurrency(plan: &Plan, t: &Targets, report: &mut Report) {
         );
         report.concurrency(level, run.rate(), p50, p99);
     }
-}
-
-/// `plan.parked` calls parked at once on a fresh proxy: its memory per call, and after expiry.
-pub(crate) async fn capacity(plan: &Plan, dir: &Path, report: &mut Report) {
-    const WORKERS: usize = 64;
-    let upstream = peers::start_upstream();
-    let config = proxy_config(plan.parked, plan.parked_ttl);
-    let proxy = peers::start_proxy(&upstream.url, &config, dir);
-    let ep = Endpoint::parse(&proxy.url);
-    let clients = load::clients(&ep, Exchange::MrtrRound, None, WORKERS).await;
-    // Warm: every worker completes rounds (sessions pooled, allocator warmed), nothing parked.
-    let clients = load::each(clients, Exchange::MrtrRound, 4).await;
-    let base = peers::rss_kib(proxy.pid());
-    let start = Instant::now();
-    let tasks: Vec<_> = clients
-        .into_iter()
-        .enumerate()
-        .map(|(i, mut c)| {
-            let n = plan.parked / WORKERS + usize::from(i < plan.parked % WORKERS);
-            tokio::spawn(async move {
-                for _ in 0..n {
-                    c.park().await;
-                }
-                c
-            })
-        })
-        .collect();
-    let mut clients = Vec::new();
-    for t in tasks {
-        clients.push(t.await.expect("parking worker"));
-    }
-    let parking = start.elapsed();
-    let peak = peers::rss_kib(proxy.pid());
-    let fds = peers::fds(proxy.pid());
-    println!(
-        "capacity: {} parked in {:.1} s, RSS {base} -> {peak} KiB",
-        plan.parked,
-        parking.as_secs_f64()
-    );
-    let mut metrics = clients.pop().expect("a client");
-    let until = Instant::now() + plan.parked_ttl + Duration::from_secs(90);
-    loop {
-        let text = metrics.get_text("/metrics").await;
-        if text.contains("mrtr_parked_calls 0\n") {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "parked calls did not expire:\n{text}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    drop(clients);
-    drop(metrics);
-    tokio::time::sleep(plan.settle).await;
-    let after = peers::rss_kib(proxy.pid());
-    report.capacity(Capacity {
-        parked: plan.parked,
-        base_kib: base,
-        peak_kib: peak,
-        after_kib: after,
-        fds,
-        settle: plan.settle,
-    });
 }
 
 /// requestState sign + verify, timed here too (criterion has the careful figure:

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
+use super::capacity::Capacity;
 use super::traces::Exported;
 use super::Plan;
 
@@ -35,22 +36,6 @@ pub(crate) const TRACING: [(&str, &str); 6] = [
 
 const BEGIN: &str = "<!-- bench:begin (written by `cargo bench --bench sidecar`) -->";
 const END: &str = "<!-- bench:end -->";
-
-/// Memory while calls are parked, and after they expired.
-pub(crate) struct Capacity {
-    pub(crate) parked: usize,
-    pub(crate) base_kib: u64,
-    pub(crate) peak_kib: u64,
-    pub(crate) after_kib: u64,
-    pub(crate) fds: usize,
-    pub(crate) settle: Duration,
-}
-
-impl Capacity {
-    fn per_call_bytes(&self) -> f64 {
-        self.peak_kib.saturating_sub(self.base_kib) as f64 * 1024.0 / self.parked.max(1) as f64
-    }
-}
 
 /// Everything measured in one run.
 pub(crate) struct Report {
@@ -290,19 +275,6 @@ impl Report {
                 ms(*p99)
             );
         }
-        if let Some(c) = &self.capacity {
-            let _ = writeln!(
-                t,
-                "\nCalls parked at once: {} (each holding its upstream stream and session). Proxy RSS {:.1} MB before, {:.1} MB parked ({:.1} KiB per parked call, {} fds), {:.1} MB {} s after they expired.",
-                c.parked,
-                c.base_kib as f64 / 1024.0,
-                c.peak_kib as f64 / 1024.0,
-                c.per_call_bytes() / 1024.0,
-                c.fds,
-                c.after_kib as f64 / 1024.0,
-                c.settle.as_secs(),
-            );
-        }
         let _ = writeln!(t, "\nrequestState sign + verify (HS256), timed in the harness: {:.2} µs (target ≤ 10 µs).", self.token_us);
         t
     }
@@ -353,17 +325,10 @@ impl Report {
     }
 
     fn capacity_line(&self) -> String {
-        match &self.capacity {
-            Some(c) => format!(
-                "Memory per parked call: {:.1} KiB at {} parked (target ≤ 16 KiB: {}); {:.1} MB before, {:.1} MB after they expired.",
-                c.per_call_bytes() / 1024.0,
-                c.parked,
-                if c.per_call_bytes() <= 16.0 * 1024.0 { "met" } else { "missed" },
-                c.base_kib as f64 / 1024.0,
-                c.after_kib as f64 / 1024.0,
-            ),
-            None => "Memory per parked call: not measured in this run.".into(),
-        }
+        self.capacity.as_ref().map_or_else(
+            || "Calls parked at once (memory per call, resume and pass-through while they wait): not measured in this run.".into(),
+            Capacity::section,
+        )
     }
 }
 

@@ -239,12 +239,17 @@ impl Client {
         r["requestState"].as_str().expect("requestState").to_owned()
     }
 
-    async fn mrtr_round(&mut self) {
-        let state = self.park().await;
+    /// The second half of an MRTR round: the retry with the answer and `state` → the result.
+    pub(crate) async fn resume(&mut self, state: &str) {
         let params = json!({"name":"ask_name","arguments":{},"requestState":state,
             "inputResponses":{"elicitation-1":{"action":"accept","content":{"name":"B"}}}});
         let r = self.modern("ask_name", params).await;
         assert_eq!(r["content"][0]["text"], "Hello, B!", "{r}");
+    }
+
+    async fn mrtr_round(&mut self) {
+        let state = self.park().await;
+        self.resume(&state).await;
     }
 
     /// A GET of `path` on this endpoint's address (the proxy's /metrics): the body as text.
