@@ -61,6 +61,17 @@ http {{
 """
 
 
+def start_balancer(tmp_path, ports):
+    """nginx round-robin over the replicas on `ports`: (its process, its MCP URL)."""
+    lb_port = free_port()
+    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=tmp_path, servers=servers, port=lb_port))
+    nginx = Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)])
+    wait_tcp(lb_port, nginx)
+    return nginx, f"http://127.0.0.1:{lb_port}/mcp"
+
+
 class Cluster:
     """Three replicas sharing a key, each with its own Python legacy upstream (started with
     `upstream_flags`), behind nginx round-robin; `extra_toml` joins the replicas' config."""
@@ -80,13 +91,7 @@ class Cluster:
             self.upstreams.append(up)
             self.upstream_urls.append(url)
             self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
-        lb_port = free_port()
-        servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
-        conf = tmp_path / "nginx.conf"
-        conf.write_text(NGINX_CONF.format(dir=tmp_path, servers=servers, port=lb_port))
-        self.nginx = Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)])
-        wait_tcp(lb_port, self.nginx)
-        self.url = f"http://127.0.0.1:{lb_port}/mcp"
+        self.nginx, self.url = start_balancer(tmp_path, ports)
 
     def restart(self, i):
         """SIGTERM replica `i`, wait for its drain and exit, and start it again on its port."""

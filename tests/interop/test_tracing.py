@@ -149,11 +149,13 @@ def server_spans(trace, name=None):
 
 
 def assert_descends(rx, span_id, ancestor, trace):
-    """`span_id` is `ancestor` or one of its descendants among the exported spans of `trace` (a
-    client span per upstream request may stand between the proxy's server span and the upstream);
-    waits, bounded, for the spans in between. The chain, nearest first."""
+    """`span_id` is `ancestor` (a span id, or a set of them) or one of its descendants among the
+    exported spans of `trace` (a client span per upstream request may stand between the proxy's
+    server span and the upstream); waits, bounded, for the spans in between. The chain, nearest
+    first."""
+    stop = ancestor if isinstance(ancestor, set) else {ancestor}
     chain = [span_id]
-    while span_id != ancestor:
+    while span_id not in stop:
         assert len(chain) < 8, f"no path from {chain[0]} to {ancestor}:\n{rx.dump(lambda s: s.trace_id == trace)}"
         span = rx.wait_one(lambda s, sid=span_id: s.span_id == sid and s.trace_id == trace)
         assert span.parent_span_id, f"{span.brief()} is a root, not under {ancestor}"
@@ -440,14 +442,21 @@ def test_tools_list_is_a_server_span_with_the_mcp_attributes(traced):
     assert_descends(rx, parent, span.span_id, trace)
 
 
-def test_the_upstream_sdk_reads_the_proxys_context_from_meta(traced):
-    rx, proxy = traced["rx"], traced["proxy"]
-    trace, client_span, rpc_id = new_trace(), new_span(), unique_id()
-    status, answer = post(proxy.url, modern(rpc_id, "tools/call", {"name": "trace_meta", "arguments": {}},
-                                            meta={"traceparent": traceparent(trace, client_span)}))
+def call_trace_meta(rx, url, trace, client_span):
+    """`trace_meta` called in `trace` under `client_span`: (the `_meta` the upstream SDK parsed,
+    the proxy's server span of the call)."""
+    rpc_id = unique_id()
+    status, answer = post(url, modern(rpc_id, "tools/call", {"name": "trace_meta", "arguments": {}},
+                                      meta={"traceparent": traceparent(trace, client_span)}))
     assert status == 200, answer
     parsed = json.loads(answer["result"]["content"][0]["text"])  # `_meta` as mcp==1.30.0 parsed it
-    span = span_of(rx, rpc_id)
+    return parsed, span_of(rx, rpc_id)
+
+
+def test_the_upstream_sdk_reads_the_proxys_context_from_meta(traced):
+    rx, proxy = traced["rx"], traced["proxy"]
+    trace, client_span = new_trace(), new_span()
+    parsed, span = call_trace_meta(rx, proxy.url, trace, client_span)
     assert span.name == "tools/call trace_meta", span.brief()
     assert span.attributes.get("mrtr.outcome") == "complete", span.brief()
     up_trace, up_parent, _ = parse_traceparent(parsed["traceparent"])
@@ -483,12 +492,8 @@ def other_transport(request, traced, tmp_path_factory):
 
 def test_the_call_is_traced_the_same_on_http_sse_and_stdio_upstreams(traced, other_transport):
     rx, (proxy, base) = traced["rx"], other_transport
-    trace, client_span, rpc_id = new_trace(), new_span(), unique_id()
-    status, answer = post(proxy.url, modern(rpc_id, "tools/call", {"name": "trace_meta", "arguments": {}},
-                                            meta={"traceparent": traceparent(trace, client_span)}))
-    assert status == 200, answer
-    parsed = json.loads(answer["result"]["content"][0]["text"])  # `_meta` as mcp==1.30.0 parsed it
-    span = span_of(rx, rpc_id)
+    trace, client_span = new_trace(), new_span()
+    parsed, span = call_trace_meta(rx, proxy.url, trace, client_span)
     assert (span.trace_id, span.parent_span_id) == (trace, client_span), span.brief()
     up_trace, up_parent, _ = parse_traceparent(parsed["traceparent"])
     assert up_trace == trace, parsed

@@ -20,9 +20,9 @@ import signal
 
 import pytest
 
-from conftest import Proc, Proxy, free_port, wait_tcp
+from conftest import Proxy, free_port
 from otlp_receiver import OtlpReceiver
-from test_cluster import NGINX, NGINX_CONF, REPLICAS
+from test_cluster import REPLICAS, start_balancer
 from test_tracing import (
     ELICIT_CAPS,
     SERVICE,
@@ -75,16 +75,10 @@ class TracedCluster:
                 self.upstreams.append(up)
                 self.bases.append(base)
                 self.proxies.append(start_replica(base + "/mcp", config, f"127.0.0.1:{port}"))
-            lb_port = free_port()
-            servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
-            conf = tmp_path / "nginx.conf"
-            conf.write_text(NGINX_CONF.format(dir=tmp_path, servers=servers, port=lb_port))
-            self.nginx = Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)])
-            wait_tcp(lb_port, self.nginx)
+            self.nginx, self.url = start_balancer(tmp_path, ports)
         except BaseException:
             self.close()
             raise
-        self.url = f"http://127.0.0.1:{lb_port}/mcp"
 
     def stop(self, i, sig):
         """Sends `sig` to replica `i` (its upstream stays) and waits for it to be gone."""
@@ -152,19 +146,6 @@ def token_issuer(request_state):
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["iss"]
 
 
-def climb(rx, span_id, trace, stop):
-    """The parent chain of `span_id` up to the first of `stop` (the spans between waited for,
-    bounded), nearest first."""
-    chain = [span_id]
-    while span_id not in stop:
-        assert len(chain) < 8, f"no path from {chain[0]} to {stop}:\n{rx.dump(lambda s: s.trace_id == trace)}"
-        span = rx.wait_one(lambda s, sid=span_id: s.span_id == sid and s.trace_id == trace)
-        assert span.parent_span_id, f"{span.brief()} is a root, under none of {stop}"
-        span_id = span.parent_span_id
-        chain.append(span_id)
-    return chain
-
-
 def the_answer(base, trace, name):
     """The elicitation answer (accepting `name`) the upstream at `base` was POSTed in `trace`,
     and the span id its trace context names as its parent."""
@@ -219,7 +200,7 @@ def test_a_forwarded_retry_is_in_the_clients_trace_on_both_replicas(cluster, rx)
     up = upstream_request(cluster.bases[0], trace, "tools/call", "ask_name")
     assert_descends(rx, parse_traceparent(up["meta"]["traceparent"])[1], first.span_id, trace)
     _, answer_parent = the_answer(cluster.bases[0], trace, "Ada")
-    chain = climb(rx, answer_parent, trace, {s.span_id for s in retries})
+    chain = assert_descends(rx, answer_parent, {s.span_id for s in retries}, trace)
     [owner] = [s for s in retries if s.span_id == chain[-1]]
     [forwarder] = [s for s in retries if s is not owner]
     for base in cluster.bases[1:]:
@@ -227,7 +208,7 @@ def test_a_forwarded_retry_is_in_the_clients_trace_on_both_replicas(cluster, rx)
     # The forwarder's span is the client's retry span's child; the owner's is too, or under the
     # forwarder's.
     assert forwarder.parent_span_id == c2, forwarder.brief()
-    climb(rx, owner.parent_span_id, trace, {c2, forwarder.span_id})
+    assert_descends(rx, owner.parent_span_id, {c2, forwarder.span_id}, trace)
 
     # Both verified the token: both link to the first leg's span.
     for span in (owner, forwarder):
