@@ -161,9 +161,14 @@ impl Config {
     }
 
     /// The most parked calls the bounds in force let through (`state.max_parked`, what
-    /// `state.max_parked_memory` pays for, `pool.max_sessions`: the least).
+    /// `state.max_parked_memory` pays for, the upstream sessions: the least). A stdio upstream
+    /// has as many sessions as `upstream.max_processes` children.
     pub fn parked_limit(&self) -> usize {
-        sizing::effective(&self.state.parked, &self.pool)
+        let limit = sizing::effective(&self.state.parked, &self.pool);
+        match &self.upstream.transport {
+            UpstreamTransport::Stdio(cmd) => limit.min(cmd.max_processes),
+            _ => limit,
+        }
     }
 
     /// Bounds that do not add up, in words, for the start-up log (`room`: the parked calls the

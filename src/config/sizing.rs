@@ -1,7 +1,7 @@
 //! Bounds sized from memory and open files rather than counts: `state.max_parked`, when the file
 //! does not set it, is what `state.max_parked_memory` pays for at [`PARKED_CALL_BYTES`] each,
-//! and `pool.max_sessions`, when not set, is room for every parked call plus a running request
-//! on every client connection. At start, once the open-file limit is raised, [`fit`] lowers a
+//! and `pool.max_sessions`, when not set, is room for every parked call, a running request on
+//! every client connection and every task. At start, once the open-file limit is raised, [`fit`] lowers a
 //! sized `max_parked` to what the descriptors can hold. A replica given memory (and files) so
 //! holds that many waiting calls without hand-tuning; a bound the file sets is kept as it is.
 
@@ -192,5 +192,8 @@ mod tests {
         assert_eq!(said.len(), 2, "{said:?}");
         assert_eq!(c.parked_limit(), 512);
         assert_eq!(config("").parked_limit(), 4096);
+        // A stdio upstream: one child per session.
+        let stdio = config("[upstream]\ncommand = [\"server\"]\nmax_processes = 8\n");
+        assert_eq!(stdio.parked_limit(), 8);
     }
 }
