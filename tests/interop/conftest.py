@@ -93,6 +93,17 @@ class Samples(dict):
         return total
 
 
+def sse_messages(raw):
+    """The JSON-RPC messages of a whole `text/event-stream` body, in order (multi-line `data:`
+    joined, events without data skipped)."""
+    messages = []
+    for event in raw.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(l[5:].lstrip(" ") for l in event.split("\n") if l.startswith("data:"))
+        if data.strip():
+            messages.append(json.loads(data))
+    return messages
+
+
 def start_py_upstream(*flags):
     proc = Proc([str(PY_LEGACY), str(HERE / "servers" / "py_legacy_server.py"), *flags])
     port = proc.wait_for(r"READY (\d+)").group(1)

@@ -21,7 +21,7 @@ import urllib.request
 import pytest
 from mcp.types import ElicitResult
 
-from conftest import HERE, NODE, PY_LEGACY, Proxy, start_py_upstream
+from conftest import HERE, NODE, PY_LEGACY, Proxy, sse_messages, start_py_upstream
 from test_cluster import Cluster
 from test_modern_clients import PyClient, text_of
 
@@ -107,12 +107,7 @@ def post(url, body):
         status, ctype, raw = e.code, e.headers.get("content-type", ""), e.read().decode()
     if not ctype.startswith("text/event-stream"):
         return status, json.loads(raw)
-    messages = []
-    for event in raw.replace("\r\n", "\n").split("\n\n"):
-        data = "\n".join(l[5:].lstrip(" ") for l in event.split("\n") if l.startswith("data:"))
-        if data.strip():
-            messages.append(json.loads(data))
-    [answer] = [m for m in messages if m.get("id") == body["id"] and ("result" in m or "error" in m)]
+    [answer] = [m for m in sse_messages(raw) if m.get("id") == body["id"] and ("result" in m or "error" in m)]
     return status, answer
 
 

@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 from mcp.types import ElicitResult
 
-from conftest import HERE, PY_LEGACY, Proc, Proxy, free_port, wait_tcp
+from conftest import HERE, PY_LEGACY, Proc, Proxy, free_port, sse_messages, wait_tcp
 from test_cluster import NGINX, NGINX_CONF, REPLICAS
 
 WAIT_S = 30
@@ -175,12 +175,9 @@ class Reply:
         self.body = None
         ctype = headers.get("content-type", "")
         if ctype.startswith("text/event-stream"):
-            for event in raw.replace("\r\n", "\n").split("\n\n"):
-                data = "\n".join(l[5:].lstrip(" ") for l in event.split("\n") if l.startswith("data:"))
-                if data.strip():
-                    message = json.loads(data)
-                    if "result" in message or "error" in message:
-                        self.body = message
+            for message in sse_messages(raw):
+                if "result" in message or "error" in message:
+                    self.body = message
         elif raw.strip():
             try:
                 self.body = json.loads(raw)

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from conftest import HERE, PY_LEGACY, Proxy, free_port
+from conftest import HERE, PY_LEGACY, Proxy, free_port, sse_messages
 from otlp_receiver import OtlpReceiver
 from procs import Proc
 
@@ -110,12 +110,7 @@ def post(url, body, headers=None):
         status, ctype, raw = e.code, e.headers.get("content-type", ""), e.read().decode()
     if not ctype.startswith("text/event-stream"):
         return status, json.loads(raw) if raw.strip() else None
-    messages = []
-    for event in raw.replace("\r\n", "\n").split("\n\n"):
-        data = "\n".join(l[5:].lstrip(" ") for l in event.split("\n") if l.startswith("data:"))
-        if data.strip():
-            messages.append(json.loads(data))
-    [answer] = [m for m in messages if m.get("id") == body["id"] and ("result" in m or "error" in m)]
+    [answer] = [m for m in sse_messages(raw) if m.get("id") == body["id"] and ("result" in m or "error" in m)]
     return status, answer
 
 
@@ -515,9 +510,7 @@ def legacy_post(url, body, headers):
         raw = r.read().decode()
         if not r.headers.get("content-type", "").startswith("text/event-stream"):
             return r.status, r.headers, [json.loads(raw)] if raw.strip() else []
-        data = ["\n".join(l[5:].lstrip() for l in e.split("\n") if l.startswith("data:"))
-                for e in raw.replace("\r\n", "\n").split("\n\n")]
-        return r.status, r.headers, [json.loads(d) for d in data if d.strip()]
+        return r.status, r.headers, sse_messages(raw)
 
 
 def test_a_legacy_clients_requests_are_spans_in_its_trace_and_reach_the_upstream_untouched(traced):
