@@ -94,7 +94,7 @@ impl TraceContext {
     /// request): that span as the parent (same trace) when traces are exported, else the
     /// client's context as it came.
     pub(crate) fn for_span(&self, span: &tracing::Span) -> Self {
-        let Some(parent) = traceparent_of(span) else {
+        let Some(parent) = Self::traceparent(span) else {
             return self.clone();
         };
         let mut values = vec![("traceparent", parent)];
@@ -183,9 +183,20 @@ impl TraceContext {
         client(|| "inputResponses".to_owned())
     }
 
-    /// With traces exported, `span` as a `traceparent` (what a retry links to).
+    /// With traces exported, `span`'s context as a `traceparent` (what the upstream's parent
+    /// is, what a retry links to); `None` without a valid one.
     pub(crate) fn traceparent(span: &tracing::Span) -> Option<String> {
-        traceparent_of(span)
+        if !crate::ops::telemetry::exporting() {
+            return None;
+        }
+        let cx = span.context();
+        let otel = cx.span();
+        let sc = otel.span_context();
+        if !sc.is_valid() {
+            return None;
+        }
+        let flags = sc.trace_flags().to_u8();
+        Some(format!("00-{}-{}-{flags:02x}", sc.trace_id(), sc.span_id()))
     }
 
     /// Marks `span` failed with the JSON-RPC error `code` (`error.type`, and an error status).
@@ -326,21 +337,6 @@ fn mcp_attributes(span: &tracing::Span, method: &str, target: &str) {
         "prompts/get" => span.set_attribute("gen_ai.prompt.name", target.to_owned()),
         _ => {}
     }
-}
-
-// With traces exported, `span`'s context as a `traceparent` (`None` without a valid one).
-fn traceparent_of(span: &tracing::Span) -> Option<String> {
-    if !crate::ops::telemetry::exporting() {
-        return None;
-    }
-    let cx = span.context();
-    let otel = cx.span();
-    let sc = otel.span_context();
-    if !sc.is_valid() {
-        return None;
-    }
-    let flags = sc.trace_flags().to_u8();
-    Some(format!("00-{}-{}-{flags:02x}", sc.trace_id(), sc.span_id()))
 }
 
 #[cfg(test)]
