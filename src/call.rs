@@ -31,7 +31,7 @@
 //! tasks extension, `legacy_task` a tool the upstream runs only as its own (2025-11-25) task.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -124,8 +124,9 @@ pub(crate) struct CallSpec {
     /// With traces exported: the client span of the upstream call (ends with the actor); the
     /// task's transitions are its events.
     pub(crate) upstream_span: tracing::Span,
-    /// Request digest (method + target + arguments).
-    pub(crate) request_digest: String,
+    /// Request digest (method + target + arguments), worked out at the first round (see
+    /// [`CallSpec::request_digest`]).
+    pub(crate) request_digest: OnceLock<String>,
     /// Tool or prompt name, or resource URI (picks the replay mode).
     pub(crate) target: String,
     /// Set when the call runs again because the instance that held it is gone: the answers
@@ -166,6 +167,25 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
 }
 
 impl CallSpec {
+    /// The digest of the request (method + target + arguments) the call's tokens bind, worked
+    /// out the first time it is asked for: a call that never parks never needs it, nor its
+    /// arguments as a tree.
+    pub(crate) fn request_digest(&self) -> &str {
+        #[derive(serde::Deserialize)]
+        struct Arguments {
+            #[serde(default)]
+            arguments: Value,
+        }
+        self.request_digest.get_or_init(|| {
+            let arguments = self
+                .upstream_params
+                .as_ref()
+                .and_then(|p| serde_json::from_str::<Arguments>(p.get()).ok())
+                .map_or(Value::Null, |a| a.arguments);
+            crate::state::request_digest(&self.method, &self.target, &arguments)
+        })
+    }
+
     /// What this call's gather habit is learned under.
     fn gather_key(&self) -> u64 {
         gather::key(&self.method, &self.target, &self.capabilities)

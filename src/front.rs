@@ -1,8 +1,8 @@
 //! The front door: every request on the MCP path, top to bottom. `handle` checks the `Origin`
 //! (and answers CORS) → `post` bounds and reads the body → `classify` (era and envelope; legacy
-//! traffic leaves here for `relay`) → `validate` (headers, `_meta`, method) → `route`: discover,
-//! listen, a retry (`retry`: here, at its owner, or replayed) or a new call (`start`: the call
-//! actor) → `edge` answers, JSON or SSE. The whole pipeline is drawn in README.md § Architecture.
+//! traffic leaves here for `relay`) → `validate` (headers, `_meta`, method; `params` read as raw
+//! members) → `route`: discover, listen, a retry (`retry`: here, at its owner, or replayed) or a
+//! new call (`start`: the call actor) → `edge` answers, JSON or SSE. The whole pipeline is drawn in README.md § Architecture.
 
 use std::sync::Arc;
 
@@ -29,6 +29,7 @@ mod approval;
 pub(crate) mod bridge;
 mod cors;
 mod listen;
+mod params;
 mod relay;
 mod retry;
 mod sse_client;

@@ -12,9 +12,10 @@ use crate::protocol::INTERNAL_ERROR;
 /// One incoming JSON-RPC message, parsed only down to its envelope.
 #[derive(Debug, Deserialize)]
 pub(crate) struct Message {
-    /// Must be `"2.0"`; checked by [`Message::parse`].
-    #[serde(default)]
-    pub(crate) jsonrpc: Option<String>,
+    /// Whether `jsonrpc` is `"2.0"` (it must be; checked by [`Message::parse`]). Compared as
+    /// it is read: no string is kept.
+    #[serde(default, deserialize_with = "deserialize_version")]
+    jsonrpc: bool,
     /// Request or response id; absent on notifications.
     #[serde(default, deserialize_with = "deserialize_present")]
     pub(crate) id: Option<Box<RawValue>>,
@@ -67,6 +68,24 @@ pub(crate) enum EnvelopeError {
     Shape(&'static str),
 }
 
+// `"jsonrpc"`: whether it is the string "2.0" (another type is an error).
+fn deserialize_version<'de, D>(d: D) -> Result<bool, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Version;
+    impl serde::de::Visitor<'_> for Version {
+        type Value = bool;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<bool, E> {
+            Ok(v == "2.0")
+        }
+    }
+    d.deserialize_str(Version)
+}
+
 // An explicit `"id": null` is kept as `Some(null)` so it is not mistaken for a notification.
 fn deserialize_present<'de, D>(d: D) -> Result<Option<Box<RawValue>>, D::Error>
 where
@@ -94,7 +113,7 @@ impl Message {
             }
             Err(e) => return Err(e.into()),
         };
-        if msg.jsonrpc.as_deref() != Some("2.0") {
+        if !msg.jsonrpc {
             return Err(EnvelopeError::Shape("jsonrpc must be \"2.0\""));
         }
         if msg.id.as_deref().is_some_and(|id| !valid_id(id)) {

@@ -6,6 +6,7 @@
 
 use serde::de::IgnoredAny;
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 
 use crate::config::CacheScope;
@@ -18,8 +19,8 @@ use crate::protocol::{
 /// What rewriting needs to know.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RewriteCtx<'a> {
-    /// The upstream's `serverInfo`, put in every result's `_meta`.
-    pub(crate) server_info: Option<&'a Value>,
+    /// The upstream's `serverInfo` (as text: it is put in every result's `_meta`).
+    pub(crate) server_info: Option<&'a RawValue>,
     /// `ttlMs` for cacheable results.
     pub(crate) ttl_ms: u64,
     /// `cacheScope` for cacheable results.
@@ -83,7 +84,8 @@ pub(crate) fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> St
             .entry("_meta")
             .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(m) = meta {
-            m.entry(META_SERVER_INFO).or_insert_with(|| info.clone());
+            m.entry(META_SERVER_INFO)
+                .or_insert_with(|| serde_json::from_str(info.get()).unwrap_or(Value::Null));
         }
     }
     crate::jsonrpc::text(&Value::Object(obj))
@@ -94,14 +96,19 @@ fn splice(raw: &str, method: &str, ctx: RewriteCtx<'_>) -> String {
     let mut out = String::with_capacity(raw.len() + 160);
     out.push_str(r#"{"resultType":"complete""#);
     if is_cacheable(method) {
-        out.push_str(&format!(
-            r#","ttlMs":{},"cacheScope":"{}""#,
-            ctx.ttl_ms,
-            ctx.scope.as_str()
-        ));
+        out.push_str(r#","ttlMs":"#);
+        out.push_str(&ctx.ttl_ms.to_string());
+        out.push_str(r#","cacheScope":""#);
+        out.push_str(ctx.scope.as_str());
+        out.push('"');
     }
     if let Some(info) = ctx.server_info {
-        out.push_str(&format!(r#","_meta":{{"{META_SERVER_INFO}":{info}}}"#));
+        // The key needs no escaping.
+        out.push_str(r#","_meta":{""#);
+        out.push_str(META_SERVER_INFO);
+        out.push_str(r#"":"#);
+        out.push_str(info.get());
+        out.push('}');
     }
     if !rest.trim_start().starts_with('}') {
         out.push(',');
@@ -164,7 +171,7 @@ pub(crate) fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCt
 mod tests {
     use super::*;
 
-    fn ctx(info: Option<&Value>) -> RewriteCtx<'_> {
+    fn ctx(info: Option<&RawValue>) -> RewriteCtx<'_> {
         RewriteCtx {
             server_info: info,
             ttl_ms: 1000,
@@ -191,7 +198,7 @@ mod tests {
 
     #[test]
     fn lists_and_reads_get_cache_hints() {
-        let info = json!({"name":"up","version":"1"});
+        let info = crate::jsonrpc::raw(&json!({"name":"up","version":"1"})).unwrap();
         for m in ["prompts/list", "resources/read", "resources/templates/list"] {
             let v = parse(&rewrite_result(m, r#"{"x":[]}"#, ctx(Some(&info))));
             assert_eq!(v["ttlMs"], 1000, "{m}");
@@ -204,7 +211,7 @@ mod tests {
 
     #[test]
     fn existing_meta_is_merged() {
-        let info = json!({"name":"up"});
+        let info = crate::jsonrpc::raw(&json!({"name":"up"})).unwrap();
         let v = parse(&rewrite_result(
             "tools/call",
             r#"{"_meta":{"k":1},"content":[]}"#,

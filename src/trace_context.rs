@@ -34,8 +34,8 @@ pub(crate) struct TraceContext {
 impl TraceContext {
     /// The context of a request with `_meta` `meta` and `headers`: the `_meta`'s when it has a
     /// valid `traceparent`, else the headers'. A malformed `traceparent` is no context at all.
-    pub(crate) fn of(meta: Option<&Map<String, Value>>, headers: &HeaderMap) -> Self {
-        let from_meta = Self::collect(|k| meta?.get(k)?.as_str().map(str::to_owned));
+    pub(crate) fn of(meta: impl Fn(&str) -> Option<String>, headers: &HeaderMap) -> Self {
+        let from_meta = Self::collect(meta);
         if from_meta.is_valid() {
             return from_meta;
         }
@@ -83,7 +83,8 @@ impl TraceContext {
             && hex(parts[3], 2)
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    /// The value of `key`, when set.
+    pub(crate) fn get(&self, key: &str) -> Option<&str> {
         self.values
             .iter()
             .find(|(k, _)| *k == key)
@@ -136,7 +137,8 @@ impl TraceContext {
         let method = envelope.as_ref().and_then(|e| e.method.as_deref());
         let params = envelope.as_ref().and_then(|e| e.params.as_ref());
         let target = params.and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
-        let trace = Self::of(params.and_then(|p| p.meta.as_ref()), headers);
+        let meta = params.and_then(|p| p.meta.as_ref());
+        let trace = Self::of(|k| meta?.get(k)?.as_str().map(str::to_owned), headers);
         span.record(
             "otel.name",
             span_name(method.unwrap_or(unnamed), target.unwrap_or("")),
@@ -249,25 +251,10 @@ impl TraceContext {
         span.add_link(cx.span().span_context().clone());
     }
 
-    /// Whether there is none.
-    pub(crate) fn is_empty(&self) -> bool {
-        self.values.is_empty()
-    }
-
-    /// `params`' `_meta` with this context (a client may send it in headers only, and with
-    /// traces exported the upstream's parent is the proxy's span; the upstream reads `_meta`).
-    pub(crate) fn fill_meta(&self, params: &mut Map<String, Value>) {
-        if self.is_empty() {
-            return;
-        }
-        let meta = params
-            .entry("_meta")
-            .or_insert_with(|| Value::Object(Map::new()));
-        if let Value::Object(meta) = meta {
-            for (k, v) in &self.values {
-                meta.insert((*k).to_owned(), Value::String(v.clone()));
-            }
-        }
+    /// What is set, as `_meta` keys and values (what the upstream reads: a client may send it in
+    /// headers only, and with traces exported the upstream's parent is the proxy's span).
+    pub(crate) fn members(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        self.values.iter().map(|(k, v)| (*k, v.as_str()))
     }
 
     /// The same-named HTTP headers.
@@ -345,6 +332,11 @@ mod tests {
 
     const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
+    // A `_meta` lookup over `meta`'s string members.
+    fn lookup(meta: serde_json::Value) -> impl Fn(&str) -> Option<String> {
+        move |k| meta.get(k)?.as_str().map(str::to_owned)
+    }
+
     #[test]
     fn meta_wins_over_headers_and_headers_fill_in() {
         let mut h = HeaderMap::new();
@@ -353,18 +345,12 @@ mod tests {
             HeaderValue::from_static("00-11111111111111111111111111111111-2222222222222222-01"),
         );
         h.insert("baggage", HeaderValue::from_static("k=v"));
-        let meta: Map<String, Value> =
-            serde_json::from_value(serde_json::json!({"traceparent": TP})).unwrap();
-        assert_eq!(
-            TraceContext::of(Some(&meta), &h).get("traceparent"),
-            Some(TP)
-        );
-        assert_eq!(TraceContext::of(Some(&meta), &h).get("baggage"), None);
-        let from_headers = TraceContext::of(None, &h);
+        let meta = || lookup(serde_json::json!({"traceparent": TP}));
+        assert_eq!(TraceContext::of(meta(), &h).get("traceparent"), Some(TP));
+        assert_eq!(TraceContext::of(meta(), &h).get("baggage"), None);
+        let from_headers = TraceContext::of(|_| None, &h);
         assert_eq!(from_headers.get("baggage"), Some("k=v"));
-        let mut params = Map::new();
-        from_headers.fill_meta(&mut params);
-        assert_eq!(params["_meta"]["baggage"], "k=v");
+        assert!(from_headers.members().any(|m| m == ("baggage", "k=v")));
     }
 
     #[test]
@@ -378,10 +364,12 @@ mod tests {
             "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
             "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
         ] {
-            let meta: Map<String, Value> =
-                serde_json::from_value(serde_json::json!({"traceparent": bad})).unwrap();
+            let meta = lookup(serde_json::json!({"traceparent": bad}));
             assert!(
-                TraceContext::of(Some(&meta), &HeaderMap::new()).is_empty(),
+                TraceContext::of(meta, &HeaderMap::new())
+                    .members()
+                    .next()
+                    .is_none(),
                 "{bad}"
             );
         }
@@ -390,9 +378,11 @@ mod tests {
     #[test]
     fn a_later_version_may_add_fields() {
         let tp = "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what-comes-next";
-        let meta: Map<String, Value> =
-            serde_json::from_value(serde_json::json!({ "traceparent": tp })).unwrap();
-        assert!(!TraceContext::of(Some(&meta), &HeaderMap::new()).is_empty());
+        let meta = lookup(serde_json::json!({ "traceparent": tp }));
+        assert!(TraceContext::of(meta, &HeaderMap::new())
+            .members()
+            .next()
+            .is_some());
     }
 
     #[test]

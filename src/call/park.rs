@@ -117,7 +117,7 @@ impl Call {
         let mut claims = tokens.claims(
             &handle,
             &spec.principal,
-            &spec.request_digest,
+            spec.request_digest(),
             round.number,
             tokens.now(),
         );
@@ -158,7 +158,7 @@ impl Call {
         let held = spec.upstream_params.as_ref().map_or(0, |p| p.get().len());
         let guard = self.ctx.parked.register(
             random_id(HANDLE_BYTES),
-            (&spec.principal, &spec.request_digest),
+            (&spec.principal, spec.request_digest()),
             held,
             tx,
         )?;

@@ -61,25 +61,26 @@ pub(super) fn ask(
     who: &Principal,
     rule: &ApprovalRule,
 ) -> Result<Response<Body>, ProxyError> {
+    let arguments = req.arguments();
     if let Err(required) = input::check_capability(InputKind::Elicitation, None, &req.capabilities)
     {
         audit(
             app,
-            (&who.digest, req.target(), req.arguments()),
+            (&who.digest, req.target(), &arguments),
             rule,
             Decision::Unaskable,
         );
         return Err(ProxyError::MissingCapability { required });
     }
     let tokens = &app.tokens;
-    let digest = request_digest(&req.method, req.target(), req.arguments());
+    let digest = request_digest(&req.method, req.target(), &arguments);
     let handle = random_id(HANDLE_BYTES);
     let mut claims = tokens.claims(&handle, &who.digest, &digest, 1, tokens.now());
     claims.approval = Some(rule.version.clone());
     let token = tokens
         .sign(&claims)
         .map_err(|e| ProxyError::Internal(e.to_string()))?;
-    let request = json!({"method": "elicitation/create", "params": form(rule, req.arguments())});
+    let request = json!({"method": "elicitation/create", "params": form(rule, &arguments)});
     let result = json!({
         "resultType": "input_required",
         "inputRequests": {APPROVAL_KEY: request},
@@ -87,7 +88,7 @@ pub(super) fn ask(
     });
     audit(
         app,
-        (&who.digest, req.target(), req.arguments()),
+        (&who.digest, req.target(), &arguments),
         rule,
         Decision::Asked,
     );
@@ -128,7 +129,7 @@ pub(super) fn answered(
         Verdict::Declined => {
             audit(
                 app,
-                (&who.digest, req.target(), req.arguments()),
+                (&who.digest, req.target(), &req.arguments()),
                 rule,
                 Decision::Declined,
             );
@@ -144,7 +145,7 @@ pub(super) fn answered(
         Verdict::Approved => {
             audit(
                 app,
-                (&who.digest, req.target(), req.arguments()),
+                (&who.digest, req.target(), &req.arguments()),
                 rule,
                 Decision::Approved,
             );

@@ -69,7 +69,8 @@ pub(super) async fn serve(
     principal: String,
     credentials: Credentials,
 ) -> Result<Response<Body>, ProxyError> {
-    let Some(asked) = req.params.get("notifications").filter(|f| f.is_object()) else {
+    let notifications = req.params.get::<Value>("notifications");
+    let Some(asked) = notifications.as_ref().filter(|f| f.is_object()) else {
         return Err(ProxyError::InvalidParams(
             "subscriptions/listen needs a notifications object".into(),
         ));

@@ -40,19 +40,19 @@ pub(super) async fn retry(
     who: Principal,
     inbound: Inbound<'_>,
 ) -> Result<Resumed, ProxyError> {
-    let Some(Value::String(token)) = req.params.get("requestState") else {
+    let Some(Value::String(token)) = req.params.get::<Value>("requestState") else {
         return Err(ProxyError::BadRetry("requestState must be a string".into()));
     };
-    let digest = request_digest(&req.method, req.target(), req.arguments());
+    let digest = request_digest(&req.method, req.target(), &req.arguments());
     let claims = app
         .tokens
-        .verify(token, &who.digest, &digest, app.tokens.now())?;
+        .verify(&token, &who.digest, &digest, app.tokens.now())?;
     if let Some(origin) = &claims.origin {
         TraceContext::link(&tracing::Span::current(), origin);
     }
-    let answers: Map<String, Value> = match req.params.get("inputResponses") {
+    let answers: Map<String, Value> = match req.params.get::<Value>("inputResponses") {
         None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
+        Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(ProxyError::BadRetry(
                 "inputResponses must be an object".into(),

@@ -2,7 +2,7 @@
 //! opened, the actor spawned. The front starts one for a new request, and for a lost call
 //! replayed from its token.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use std::time::Duration;
 
@@ -15,7 +15,6 @@ use crate::call::{self, CallSpec, Leg, LegEvent};
 use crate::config::TaskMode;
 use crate::protocol::TASKS_EXTENSION;
 use crate::state::replay::Replayer;
-use crate::state::request_digest;
 use crate::trace_context::TraceContext;
 
 /// Starts the actor for `req`; it answers on the returned leg. `input_capable`: the call may
@@ -34,8 +33,8 @@ pub(super) fn start_call(
     let upstream_span = TraceContext::client_span(&req.method, req.target());
     let trace = req.trace.for_span(&upstream_span);
     let spec = CallSpec {
-        request_digest: request_digest(&req.method, req.target(), req.arguments()),
-        upstream_params: crate::jsonrpc::raw(&req.upstream_params(&trace)),
+        request_digest: OnceLock::new(),
+        upstream_params: req.params.upstream(&trace),
         target: req.target().to_owned(),
         method: req.method,
         capabilities: req.capabilities,

@@ -63,18 +63,18 @@ pub(super) async fn serve(
             task
         }
         "tasks/update" => {
-            let answers = match req.params.get("inputResponses") {
+            let answers = match req.params.get::<Value>("inputResponses") {
                 Some(Value::Object(m)) => m,
                 Some(_) => {
                     return Err(ProxyError::InvalidParams(
                         "inputResponses must be an object".into(),
                     ))
                 }
-                None => &Map::new(),
+                None => Map::new(),
             };
             let span = TraceContext::answers_span();
             let credentials = who.credentials.and(req.trace.for_span(&span).headers());
-            store.update(id, principal, answers, (&credentials, span))?;
+            store.update(id, principal, &answers, (&credentials, span))?;
             json!({ "resultType": "complete" })
         }
         _ => {

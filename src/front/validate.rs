@@ -4,13 +4,14 @@
 use base64::Engine;
 use http::HeaderMap;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
+use super::params::Params;
 use crate::error::ProxyError;
 use crate::jsonrpc::Message;
 use crate::protocol::{
-    META_CAPABILITIES, META_LOG_LEVEL, META_PREFIX, META_VERSION, METHOD_HEADER, MODERN_VERSION,
-    NAME_HEADER, VERSION_HEADER,
+    META_CAPABILITIES, META_LOG_LEVEL, META_VERSION, METHOD_HEADER, MODERN_VERSION, NAME_HEADER,
+    VERSION_HEADER,
 };
 use crate::trace_context::TraceContext;
 
@@ -38,8 +39,10 @@ pub(super) struct ModernRequest {
     pub(super) id: Box<RawValue>,
     /// Method name.
     pub(super) method: String,
-    /// Params as an object (the `_meta` included).
-    pub(super) params: Map<String, Value>,
+    /// Params, read member by member (the `_meta` included).
+    pub(super) params: Params,
+    /// Tool or prompt name, resource uri or task id (`""` for other methods).
+    target: String,
     /// Declared client capabilities.
     pub(super) capabilities: Value,
     /// `io.modelcontextprotocol/logLevel`, when set.
@@ -55,31 +58,12 @@ pub(super) struct ModernRequest {
 impl ModernRequest {
     /// Tool/prompt name or resource uri (`""` for other methods).
     pub(super) fn target(&self) -> &str {
-        target_of(&self.method, &self.params).unwrap_or("")
+        &self.target
     }
 
-    /// The params to send upstream: without the retry fields, the modern `_meta` keys, and
-    /// `task` (task augmentation is not offered here; a 2025-11-25 upstream would answer with a
-    /// legacy task the client could not follow, so the call runs synchronously instead).
-    pub(super) fn upstream_params(&self, trace: &TraceContext) -> Value {
-        let mut p = self.params.clone();
-        p.remove("inputResponses");
-        p.remove("requestState");
-        p.remove("task");
-        if let Some(Value::Object(meta)) = p.get_mut("_meta") {
-            meta.retain(|k, _| !k.starts_with(META_PREFIX));
-            if meta.is_empty() {
-                p.remove("_meta");
-            }
-        }
-        trace.fill_meta(&mut p);
-        Value::Object(p)
-    }
-
-    /// Tool arguments (`arguments`) or `{}`, used in the request digest.
-    pub(super) fn arguments(&self) -> &Value {
-        static EMPTY: Value = Value::Null;
-        self.params.get("arguments").unwrap_or(&EMPTY)
+    /// Tool arguments (`arguments`; `null` when absent), used in the request digest.
+    pub(super) fn arguments(&self) -> Value {
+        self.params.get("arguments").unwrap_or(Value::Null)
     }
 }
 
@@ -116,46 +100,40 @@ pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
 pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, ProxyError> {
     let id = msg
         .id
-        .clone()
         .ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
-    let method = msg.method().to_owned();
-    let params = params_object(&msg)?;
-    let meta = params.get("_meta").and_then(Value::as_object);
-    let body_version = meta
-        .and_then(|m| m.get(META_VERSION))
-        .and_then(Value::as_str)
+    let method = msg.method.unwrap_or_default();
+    let params = Params::parse(msg.params.as_deref())?;
+    let body_version: String = params
+        .meta(META_VERSION)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
     mirrored(
         headers,
         VERSION_HEADER,
         "MCP-Protocol-Version",
-        body_version,
+        &body_version,
     )?;
     if body_version != MODERN_VERSION {
         return Err(ProxyError::UnsupportedVersion {
-            requested: body_version.to_owned(),
+            requested: body_version,
         });
     }
     mirrored(headers, METHOD_HEADER, "Mcp-Method", &method)?;
-    check_target(headers, &method, &params)?;
-    let capabilities = meta
-        .and_then(|m| m.get(META_CAPABILITIES))
-        .filter(|c| c.is_object())
-        .cloned()
+    let target = check_target(headers, &method, &params)?;
+    let capabilities = params
+        .meta::<Value>(META_CAPABILITIES)
+        .filter(Value::is_object)
         .ok_or_else(|| {
             ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"))
         })?;
-    let log_level = meta
-        .and_then(|m| m.get(META_LOG_LEVEL))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let progress_token = meta.and_then(|m| m.get("progressToken")).cloned();
-    let trace = TraceContext::of(meta, headers);
+    let log_level = params.meta(META_LOG_LEVEL);
+    let progress_token = params.meta("progressToken");
+    let trace = TraceContext::of(|k| params.meta(k), headers);
     let route = route(&method)?;
     Ok(ModernRequest {
         id,
         method,
         params,
+        target,
         capabilities,
         log_level,
         progress_token,
@@ -164,23 +142,8 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
     })
 }
 
-fn params_object(msg: &Message) -> Result<Map<String, Value>, ProxyError> {
-    match msg
-        .params_value()
-        .map_err(|e| ProxyError::Parse(e.to_string()))?
-    {
-        Value::Object(m) => Ok(m),
-        Value::Null => Ok(Map::new()),
-        _ => Err(ProxyError::InvalidParams("params must be an object".into())),
-    }
-}
-
 // The tool / prompt name or resource uri a method needs must be there, mirrored in `Mcp-Name`.
-fn check_target(
-    headers: &HeaderMap,
-    method: &str,
-    params: &Map<String, Value>,
-) -> Result<(), ProxyError> {
+fn check_target(headers: &HeaderMap, method: &str, params: &Params) -> Result<String, ProxyError> {
     let Some(target) = target_of(method, params) else {
         return match method {
             "resources/read" => Err(ProxyError::InvalidParams("missing params.uri".into())),
@@ -190,20 +153,20 @@ fn check_target(
             "tasks/get" | "tasks/update" | "tasks/cancel" => {
                 Err(ProxyError::InvalidParams("missing params.taskId".into()))
             }
-            _ => Ok(()),
+            _ => Ok(String::new()),
         };
     };
     match headers
         .get(NAME_HEADER)
         .map(|v| decode_header_value(v.as_bytes()))
     {
-        Some(Some(n)) if n == target => Ok(()),
+        Some(Some(n)) if n == target => Ok(target),
         Some(_) => Err(ProxyError::HeaderMismatch(
             "Mcp-Name does not match the body".into(),
         )),
         // A `tasks/*` request without it is taken (FastMCP's tasks client 4.1 sends none); one
         // that names another task is not.
-        None if method.starts_with("tasks/") => Ok(()),
+        None if method.starts_with("tasks/") => Ok(target),
         None => Err(ProxyError::HeaderMismatch("missing Mcp-Name header".into())),
     }
 }
@@ -211,7 +174,7 @@ fn check_target(
 /// Whether a request looks like it comes from a modern client (a modern `_meta` version or
 /// header), as opposed to a legacy one that should be passed through.
 pub(super) fn looks_modern(headers: &HeaderMap, msg: &Message) -> bool {
-    if header_str(headers, VERSION_HEADER).is_some_and(|v| v.as_str() >= MODERN_VERSION) {
+    if header_str(headers, VERSION_HEADER).is_some_and(|v| v >= MODERN_VERSION) {
         return true;
     }
     let Some(params) = &msg.params else {
@@ -234,21 +197,21 @@ fn mirrored(headers: &HeaderMap, name: &str, label: &str, body: &str) -> Result<
     }
 }
 
-fn target_of<'a>(method: &str, params: &'a Map<String, Value>) -> Option<&'a str> {
+fn target_of(method: &str, params: &Params) -> Option<String> {
     let field = match method {
         "tools/call" | "prompts/get" => "name",
         "resources/read" => "uri",
         "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
         _ => return None,
     };
-    params.get(field).and_then(Value::as_str)
+    params.get(field)
 }
 
-fn header_str(headers: &HeaderMap, name: &str) -> Option<String> {
+fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
-        .map(|s| s.trim().to_owned())
+        .map(str::trim)
 }
 
 /// Decodes a mirrored header value: plain ASCII, or `=?base64?…?=` holding UTF-8.
@@ -396,18 +359,5 @@ mod tests {
                 "{m}"
             );
         }
-    }
-
-    #[test]
-    fn upstream_params_strip_modern_fields() {
-        let m = Message::parse(
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","requestState":"x","inputResponses":{},"task":{"ttl":1000},"_meta":{"progressToken":5,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}"#,
-        )
-        .unwrap();
-        let r = validate(&good_headers("t"), m).unwrap();
-        assert_eq!(
-            r.upstream_params(&r.trace),
-            serde_json::json!({"name":"t","_meta":{"progressToken":5}})
-        );
     }
 }

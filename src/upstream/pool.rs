@@ -18,7 +18,7 @@ use super::changes::{Change, ChangeFeed, Changes};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
-use super::session::{legacy_capabilities, Session, SessionParams};
+use super::session::{legacy_capabilities, legacy_capabilities_text, Session, SessionParams};
 use crate::config::{self, UpstreamTransport};
 
 /// Sessions are shared only between requests with the same key.
@@ -189,10 +189,9 @@ impl SessionPool {
         capabilities: &Value,
         credentials: &Credentials,
     ) -> Result<Lease, UpstreamError> {
-        let legacy = legacy_capabilities(capabilities);
         let key = PoolKey {
             principal: principal.to_owned(),
-            capabilities: crate::jsonrpc::text(&legacy),
+            capabilities: legacy_capabilities_text(capabilities),
         };
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         let permit = match self.acquire(&key).await? {
@@ -208,7 +207,7 @@ impl SessionPool {
             Acquired::Permit(p) => p,
         };
         let params = SessionParams {
-            capabilities: legacy,
+            capabilities: legacy_capabilities(capabilities),
             credentials: LiveCredentials::new(credentials.clone()),
             protocol_version: self.protocol_version.clone(),
             default_roots: Arc::clone(&self.default_roots),

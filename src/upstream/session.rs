@@ -28,7 +28,9 @@ mod get_stream;
 mod request;
 mod wire;
 
-pub(crate) use wire::{base_request, legacy_capabilities, Handshake, SessionParams};
+pub(crate) use wire::{
+    base_request, legacy_capabilities, legacy_capabilities_text, Handshake, SessionParams,
+};
 use wire::{close_with, drain, handshake, init_params, initialize_result};
 
 /// A live legacy session.
@@ -40,6 +42,8 @@ pub(crate) struct Session {
     id: Option<HeaderValue>,
     version: String,
     init_result: Value,
+    /// Its `serverInfo` as text (every result of a modern call carries it).
+    server_info: Option<Box<RawValue>>,
     credentials: Arc<LiveCredentials>,
     next_id: AtomicI64,
     inbox: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
@@ -156,11 +160,13 @@ impl Session {
             .and_then(Value::as_str)
             .unwrap_or(&params.protocol_version)
             .to_owned();
+        let server_info = result.get("serverInfo").and_then(crate::jsonrpc::raw);
         Arc::new(Self {
             client,
             link,
             id,
             version,
+            server_info,
             init_result: result,
             credentials: params.credentials,
             next_id: AtomicI64::new(1),
@@ -196,6 +202,11 @@ impl Session {
     /// The upstream's `InitializeResult`.
     pub(crate) fn init_result(&self) -> &Value {
         &self.init_result
+    }
+
+    /// The upstream's `serverInfo`, as text.
+    pub(crate) fn server_info(&self) -> Option<&RawValue> {
+        self.server_info.as_deref()
     }
 
     /// The negotiated legacy protocol version.

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{header, HeaderValue, Method, Request};
+use http::{header, HeaderName, HeaderValue, Method, Request};
 use serde_json::{json, Value};
 
 use crate::body;
@@ -107,18 +107,25 @@ pub(crate) fn base_request(
     version: Option<&str>,
     credentials: &Credentials,
 ) -> http::request::Builder {
+    // Names and fixed values made from static text: nothing parsed or copied per request.
     let mut b = Request::builder()
         .method(method.clone())
         .uri(client.uri().clone())
-        .header(header::ACCEPT, "application/json, text/event-stream");
+        .header(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
     if method == Method::POST {
-        b = b.header(header::CONTENT_TYPE, "application/json");
+        b = b.header(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
     }
     if let Some(s) = session {
-        b = b.header(SESSION_HEADER, s.clone());
+        b = b.header(HeaderName::from_static(SESSION_HEADER), s.clone());
     }
     if let Some(v) = version {
-        b = b.header(VERSION_HEADER, v);
+        b = b.header(HeaderName::from_static(VERSION_HEADER), v);
     }
     credentials.apply(b)
 }
@@ -140,17 +147,41 @@ pub(super) async fn drain(
     outcome
 }
 
+/// The capabilities a legacy client declares in `initialize`, in key order (that of a
+/// `serde_json::Map`, so that [`legacy_capabilities_text`] is the canonical text).
+const LEGACY_CAPABILITIES: [&str; 4] = ["elicitation", "experimental", "roots", "sampling"];
+
 /// Maps the capabilities a modern request declared to what `initialize` declares upstream.
 pub(crate) fn legacy_capabilities(modern: &Value) -> Value {
     let mut caps = serde_json::Map::new();
     if let Some(obj) = modern.as_object() {
-        for key in ["experimental", "sampling", "elicitation", "roots"] {
+        for key in LEGACY_CAPABILITIES {
             if let Some(v) = obj.get(key) {
                 caps.insert(key.to_owned(), v.clone());
             }
         }
     }
     Value::Object(caps)
+}
+
+/// [`legacy_capabilities`] as canonical JSON text, written without building the map (the pool
+/// keys sessions by it on every lease).
+pub(crate) fn legacy_capabilities_text(modern: &Value) -> String {
+    let mut out = String::from("{");
+    for key in LEGACY_CAPABILITIES {
+        if let Some(v) = modern.get(key) {
+            if out.len() > 1 {
+                out.push(',');
+            }
+            // The keys need no escaping.
+            out.push('"');
+            out.push_str(key);
+            out.push_str("\":");
+            out.push_str(&crate::jsonrpc::text(v));
+        }
+    }
+    out.push('}');
+    out
 }
 
 #[cfg(test)]
@@ -164,5 +195,14 @@ mod tests {
             legacy_capabilities(&m),
             json!({"elicitation":{"form":{}},"roots":{}})
         );
+        for modern in [
+            m,
+            json!({}),
+            json!([1]),
+            json!({"sampling":{},"roots":{"listChanged":true},"experimental":{"x":[1]},"elicitation":{}}),
+        ] {
+            let text = crate::jsonrpc::text(&legacy_capabilities(&modern));
+            assert_eq!(legacy_capabilities_text(&modern), text);
+        }
     }
 }

@@ -1,0 +1,367 @@
+//! A modern request's params, read without building a tree: the top-level members, and those of
+//! `_meta`, are kept as raw JSON text and parsed one by one where a value is needed; the params
+//! sent upstream are written from that text. A plain `tools/call` thus never holds its
+//! arguments as a `serde_json::Value` (the profile of issue 26: the tree, its clone and its drop
+//! were a fifth of the call's instructions).
+
+use std::collections::BTreeMap;
+
+use serde::de::DeserializeOwned;
+use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::error::ProxyError;
+use crate::protocol::META_PREFIX;
+use crate::trace_context::TraceContext;
+
+/// Members of a JSON object, raw. Keys in order (as a `serde_json::Map` keeps them); a key given
+/// twice keeps its last value, as a tree would.
+type Members = BTreeMap<String, Box<RawValue>>;
+
+/// Members a modern request has that its legacy form does not: the retry's fields, and `task`
+/// (task augmentation is not offered upstream: a 2025-11-25 upstream would answer with a legacy
+/// task the client could not follow, so the call runs synchronously instead).
+const MODERN_ONLY: [&str; 3] = ["inputResponses", "requestState", "task"];
+
+/// A modern request's params.
+#[derive(Debug, Default)]
+pub(crate) struct Params {
+    /// The members but `_meta`.
+    members: Members,
+    /// `_meta`'s members, when it is an object (a `_meta` of another type is dropped: the
+    /// request is invalid without the protocol version in it).
+    meta: Option<Members>,
+}
+
+// One pass over the params: `_meta`'s members are read as the params' are.
+impl<'de> Deserialize<'de> for Params {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = Params;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Params, A::Error> {
+                let mut params = Params::default();
+                while let Some(key) = map.next_key::<String>()? {
+                    if key == "_meta" {
+                        params.meta = map.next_value::<Meta>()?.0;
+                    } else {
+                        let value = map.next_value()?;
+                        params.members.insert(key, value);
+                    }
+                }
+                Ok(params)
+            }
+        }
+        d.deserialize_map(Object)
+    }
+}
+
+/// `_meta`: its members when it is an object.
+struct Meta(Option<Members>);
+
+impl<'de> Deserialize<'de> for Meta {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Any;
+        impl<'de> Visitor<'de> for Any {
+            type Value = Meta;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("any value")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
+                let mut members = Members::new();
+                while let Some((key, value)) = map.next_entry()? {
+                    members.insert(key, value);
+                }
+                Ok(Meta(Some(members)))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Meta, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Meta(None))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Meta, E> {
+                Ok(Meta(None))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Meta, E> {
+                Ok(Meta(None))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Meta, E> {
+                Ok(Meta(None))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Meta, E> {
+                Ok(Meta(None))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Meta, E> {
+                Ok(Meta(None))
+            }
+            fn visit_unit<E>(self) -> Result<Meta, E> {
+                Ok(Meta(None))
+            }
+        }
+        d.deserialize_any(Any)
+    }
+}
+
+impl Params {
+    /// Reads `raw` (absent or `null`: no members).
+    ///
+    /// # Errors
+    /// -32602 when the params are not an object; -32700 when they nest deeper than a tree may
+    /// (the members are not parsed now, but what is forwarded must be parseable later).
+    pub(crate) fn parse(raw: Option<&RawValue>) -> Result<Self, ProxyError> {
+        let Some(raw) = raw.filter(|r| r.get() != "null") else {
+            return Ok(Self::default());
+        };
+        if nests_deeper(raw.get().as_bytes(), MAX_DEPTH) {
+            return Err(ProxyError::Parse("params nest too deep".into()));
+        }
+        serde_json::from_str(raw.get())
+            .map_err(|_| ProxyError::InvalidParams("params must be an object".into()))
+    }
+
+    /// Member `key`, raw.
+    fn raw(&self, key: &str) -> Option<&RawValue> {
+        self.members.get(key).map(AsRef::as_ref)
+    }
+
+    /// Whether member `key` is there (`_meta` only as an object).
+    pub(crate) fn contains_key(&self, key: &str) -> bool {
+        self.members.contains_key(key) || (key == "_meta" && self.meta.is_some())
+    }
+
+    /// Member `key` as a `T`; `None` when absent or of another type.
+    pub(crate) fn get<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        serde_json::from_str(self.raw(key)?.get()).ok()
+    }
+
+    /// `_meta[key]` as a `T`; `None` when absent or of another type.
+    pub(crate) fn meta<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
+        serde_json::from_str(self.meta.as_ref()?.get(key)?.get()).ok()
+    }
+
+    /// The params to send upstream: without the modern-only members and `_meta` keys, with the
+    /// leg's trace context in `_meta` (it wins over a same-named key); no `_meta` when nothing is
+    /// left of it. Written from the members' text: what is kept reaches the upstream as it came.
+    pub(crate) fn upstream(&self, trace: &TraceContext) -> Option<Box<RawValue>> {
+        let mut out =
+            Writer::with_capacity(self.members.values().map(|v| v.get().len() + 16).sum());
+        for (key, value) in &self.members {
+            if !MODERN_ONLY.contains(&key.as_str()) {
+                out.member(key, value.get().as_bytes());
+            }
+        }
+        let kept = self
+            .meta
+            .iter()
+            .flatten()
+            .filter(|(k, _)| !k.starts_with(META_PREFIX) && trace.get(k).is_none());
+        let mut meta = Writer::with_capacity(64);
+        for (key, value) in kept {
+            meta.member(key, value.get().as_bytes());
+        }
+        for (key, value) in trace.members() {
+            meta.string(key, value);
+        }
+        if !meta.is_empty() {
+            out.member("_meta", &meta.close());
+        }
+        let text = String::from_utf8(out.close()).ok()?;
+        RawValue::from_string(text).ok()
+    }
+}
+
+/// How deep params may nest: as deep as serde_json parses a tree (its recursion limit), which
+/// the params were parsed as before they were read member by member.
+const MAX_DEPTH: usize = 127;
+
+/// Whether JSON text `json` has arrays or objects nested more than `max` deep (the text is
+/// known to be JSON). Strings, most of the bytes, are skipped to their end with `memchr`.
+fn nests_deeper(json: &[u8], max: usize) -> bool {
+    let mut depth = 0usize;
+    let mut i = 0;
+    while let Some(&b) = json.get(i) {
+        match b {
+            b'"' => match string_end(json, i + 1) {
+                Some(end) => i = end,
+                None => return false,
+            },
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
+// The index of the quote that ends the string whose text starts at `from`.
+fn string_end(json: &[u8], mut from: usize) -> Option<usize> {
+    loop {
+        let at = from + memchr::memchr2(b'"', b'\\', json.get(from..)?)?;
+        if json[at] == b'"' {
+            return Some(at);
+        }
+        // An escape: the next byte is part of it.
+        from = at + 2;
+    }
+}
+
+/// A JSON object being written member by member from text already JSON.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn with_capacity(n: usize) -> Self {
+        let mut out = Vec::with_capacity(n + 2);
+        out.push(b'{');
+        Self(out)
+    }
+
+    fn member(&mut self, key: &str, value: &[u8]) {
+        if self.0.len() > 1 {
+            self.0.push(b',');
+        }
+        // A string always serializes; into a `Vec` nothing can fail.
+        let _ = serde_json::to_writer(&mut self.0, key);
+        self.0.push(b':');
+        self.0.extend_from_slice(value);
+    }
+
+    fn string(&mut self, key: &str, value: &str) {
+        let mut quoted = Vec::with_capacity(value.len() + 2);
+        let _ = serde_json::to_writer(&mut quoted, value);
+        self.member(key, &quoted);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.len() == 1
+    }
+
+    fn close(mut self) -> Vec<u8> {
+        self.0.push(b'}');
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    fn parse(text: &str) -> Params {
+        let raw = RawValue::from_string(text.to_owned()).unwrap();
+        Params::parse(Some(&raw)).unwrap()
+    }
+
+    fn upstream(p: &Params, trace: &TraceContext) -> Value {
+        serde_json::from_str(p.upstream(trace).unwrap().get()).unwrap()
+    }
+
+    #[test]
+    fn members_are_read_one_by_one() {
+        let p = parse(r#"{"name":"t","arguments":{"a":[1,"\u00e9"]},"_meta":{"progressToken":5}}"#);
+        assert_eq!(p.get::<String>("name").as_deref(), Some("t"));
+        assert_eq!(p.get::<String>("arguments"), None);
+        assert_eq!(
+            p.get::<Value>("arguments"),
+            Some(serde_json::json!({"a":[1,"é"]}))
+        );
+        assert_eq!(p.meta::<i64>("progressToken"), Some(5));
+        assert!(p.contains_key("_meta") && !p.contains_key("task"));
+    }
+
+    #[test]
+    fn a_meta_of_another_type_is_none() {
+        for meta in ["1", "\"x\"", "[1,{}]", "null", "true", "1.5"] {
+            let p = parse(&format!(r#"{{"name":"t","_meta":{meta}}}"#));
+            assert!(!p.contains_key("_meta"), "{meta}");
+            assert_eq!(p.get::<String>("name").as_deref(), Some("t"));
+        }
+    }
+
+    #[test]
+    fn not_an_object_is_invalid_params_and_null_is_none() {
+        let raw = RawValue::from_string("[1]".into()).unwrap();
+        let e = Params::parse(Some(&raw)).unwrap_err();
+        assert_eq!(e.to_error_object().code, -32602);
+        let null = RawValue::from_string("null".into()).unwrap();
+        assert!(!Params::parse(Some(&null)).unwrap().contains_key("name"));
+        assert!(Params::parse(None)
+            .unwrap()
+            .meta::<Value>("progressToken")
+            .is_none());
+    }
+
+    #[test]
+    fn params_nesting_past_a_trees_depth_are_a_parse_error() {
+        let nested = |n: usize| format!(r#"{{"x":{}"[]{{\"}}"{}}}"#, "[".repeat(n), "]".repeat(n));
+        assert!(!nests_deeper(nested(MAX_DEPTH - 1).as_bytes(), MAX_DEPTH));
+        // Brackets in strings, escaped quotes and backslashes do not count.
+        assert!(nests_deeper(br#"["\\", [[1]]]"#, 2));
+        assert!(!nests_deeper(br#"["\\\"[[[[", {"k[": 1}]"#, 2));
+        assert!(nests_deeper(nested(MAX_DEPTH).as_bytes(), MAX_DEPTH));
+        let raw = RawValue::from_string(nested(MAX_DEPTH)).unwrap();
+        assert_eq!(
+            Params::parse(Some(&raw))
+                .unwrap_err()
+                .to_error_object()
+                .code,
+            -32700
+        );
+        // The bound is serde_json's: what it parses as a tree is taken.
+        assert!(serde_json::from_str::<Value>(&nested(MAX_DEPTH)).is_err());
+        let ok = nested(MAX_DEPTH - 1);
+        assert!(serde_json::from_str::<Value>(&ok).is_ok());
+        assert!(Params::parse(Some(&RawValue::from_string(ok).unwrap())).is_ok());
+    }
+
+    #[test]
+    fn upstream_params_strip_modern_fields() {
+        let p = parse(
+            r#"{"name":"t","requestState":"x","inputResponses":{},"task":{"ttl":1000},"_meta":{"progressToken":5,"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#,
+        );
+        assert_eq!(
+            upstream(&p, &TraceContext::default()),
+            serde_json::json!({"name":"t","_meta":{"progressToken":5}})
+        );
+        let bare = parse(
+            r#"{"name":"t","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}"#,
+        );
+        assert_eq!(
+            upstream(&bare, &TraceContext::default()),
+            serde_json::json!({"name":"t"})
+        );
+        assert_eq!(
+            upstream(&Params::default(), &TraceContext::default()),
+            serde_json::json!({})
+        );
+    }
+
+    #[test]
+    fn kept_text_is_forwarded_as_it_came_and_the_trace_context_wins() {
+        let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let mut headers = http::HeaderMap::new();
+        headers.insert("traceparent", tp.parse().unwrap());
+        let trace = TraceContext::of(|_| None, &headers);
+        let p = parse(
+            r#"{"arguments":{"b": 1.50, "a":"\u00e9"},"_meta":{"traceparent":"old","k\"ey":1}}"#,
+        );
+        let text = p.upstream(&trace).unwrap();
+        assert!(
+            text.get().contains(r#"{"b": 1.50, "a":"\u00e9"}"#),
+            "{}",
+            text.get()
+        );
+        assert_eq!(
+            upstream(&p, &trace),
+            serde_json::json!({"arguments":{"b":1.50,"a":"é"},"_meta":{"k\"ey":1,"traceparent":tp}})
+        );
+    }
+}
