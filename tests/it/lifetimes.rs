@@ -157,13 +157,24 @@ async fn a_client_closing_the_stream_cancels_a_json_mode_upstream_before_its_hea
     client_close_cancels_upstream(true).await;
 }
 
+// The answer not decided yet (no keepalive comes before the client leaves): the call's actor
+// still runs inside the request's task, and goes on in its own when the request is dropped.
+#[tokio::test]
+async fn a_client_leaving_before_any_answer_cancels_upstream() {
+    client_close_cancels_upstream_with(false, "[server]\nkeepalive = \"60s\"\n").await;
+}
+
 async fn client_close_cancels_upstream(json_mode: bool) {
+    client_close_cancels_upstream_with(json_mode, "[server]\nkeepalive = \"50ms\"\n").await;
+}
+
+async fn client_close_cancels_upstream_with(json_mode: bool, config: &str) {
     let mock = Mock::start().await;
     if json_mode {
         mock.json_mode();
     }
     mock.script("forever", vec![vec![Step::Hang]]);
-    let proxy = TestProxy::start(&mock.url(), "[server]\nkeepalive = \"50ms\"\n").await;
+    let proxy = TestProxy::start(&mock.url(), config).await;
     let c = proxy.client(json!({}));
     let call = tokio::spawn(async move {
         c.request("tools/call", json!({"name":"forever","arguments":{}}))
