@@ -167,21 +167,22 @@ pub(crate) fn legacy_capabilities(modern: &Value) -> Value {
 /// [`legacy_capabilities`] as canonical JSON text, written without building the map (the pool
 /// keys sessions by it on every lease).
 pub(crate) fn legacy_capabilities_text(modern: &Value) -> String {
-    let mut out = String::from("{");
+    let mut out = Vec::with_capacity(64);
+    out.push(b'{');
     for key in LEGACY_CAPABILITIES {
         if let Some(v) = modern.get(key) {
             if out.len() > 1 {
-                out.push(',');
+                out.push(b',');
             }
-            // The keys need no escaping.
-            out.push('"');
-            out.push_str(key);
-            out.push_str("\":");
-            out.push_str(&crate::jsonrpc::text(v));
+            // The keys need no escaping; a `Value` always serializes, into a `Vec` infallibly.
+            out.push(b'"');
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\":");
+            let _ = serde_json::to_writer(&mut out, v);
         }
     }
-    out.push('}');
-    out
+    out.push(b'}');
+    String::from_utf8(out).unwrap_or_default()
 }
 
 #[cfg(test)]
