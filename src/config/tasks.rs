@@ -111,7 +111,7 @@ impl Tasks {
             )?,
             max: positive("tasks.max", raw.max, 1000)?,
             max_per_principal: positive("tasks.max_per_principal", raw.max_per_principal, 100)?,
-            max_memory: size("tasks.max_memory", raw.max_memory.as_deref(), "64MiB")?,
+            max_memory: size("tasks.max_memory", raw.max_memory.as_deref(), "80MiB")?,
             tools,
         })
     }

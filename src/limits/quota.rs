@@ -79,6 +79,11 @@ impl Quota {
         self.held_bytes.fetch_add(bytes, Ordering::AcqRel);
     }
 
+    /// `bytes` of what one still held was charged are no longer held (it stays counted).
+    pub(crate) fn uncharge(&self, bytes: usize) {
+        self.held_bytes.fetch_sub(bytes, Ordering::AcqRel);
+    }
+
     /// One held by `principal` and charged `bytes` is gone.
     pub(crate) fn release(&self, principal: &str, bytes: usize) {
         self.total.fetch_sub(1, Ordering::AcqRel);

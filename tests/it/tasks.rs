@@ -749,6 +749,11 @@ async fn metrics_count_tasks_by_status_their_duration_rounds_memory_and_outcome(
     let c = proxy.client(task_caps());
     let id = start_task(&c, "slow").await;
     let key = first_key(&until_status(&c, &id, "input_required").await);
+    let running = sample(&proxy.get_text("/metrics").await, "mrtr_task_memory_bytes");
+    assert!(
+        running >= 80.0 * 1024.0,
+        "a running task is charged what its call holds: {running}"
+    );
     update(&c, &id, json!({ key: {"action": "accept", "content": {}} })).await;
     until_status(&c, &id, "completed").await;
     let text = proxy.get_text("/metrics").await;
@@ -757,9 +762,10 @@ async fn metrics_count_tasks_by_status_their_duration_rounds_memory_and_outcome(
     assert_eq!(sample(&text, "mrtr_task_duration_seconds_count"), 1.0);
     assert_eq!(sample(&text, "mrtr_task_input_rounds_count"), 1.0);
     assert_eq!(sample(&text, "mrtr_task_input_rounds_sum"), 1.0);
+    let held = sample(&text, "mrtr_task_memory_bytes");
     assert!(
-        sample(&text, "mrtr_task_memory_bytes") > 0.0,
-        "a finished task is held"
+        held >= 16.0 * 1024.0 && held < running - 60.0 * 1024.0,
+        "a finished task is held, without its call's share: {held} (running: {running})"
     );
     let modern = r#"mrtr_requests_total{era="modern""#;
     assert_eq!(
