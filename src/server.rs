@@ -489,7 +489,7 @@ async fn background(app: Arc<App>) {
                 app.bridge.reap_idle().await;
             }
             _ = health.tick() => {
-                if !app.pool.check_health().await {
+                if !app.pool.check_health(app.config.upstream.health_interval).await {
                     tracing::warn!(upstream = %app.upstream_name(), "upstream unreachable; not ready");
                 }
             }

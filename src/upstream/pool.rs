@@ -139,11 +139,12 @@ impl SessionPool {
         self.ready.load(Ordering::Relaxed) && up
     }
 
-    /// The periodic liveness check readiness follows between requests: a TCP connect to a
-    /// network upstream; for a stdio server, whether its last start worked.
-    pub(crate) async fn check_health(&self) -> bool {
+    /// The periodic liveness check readiness follows between requests: for a network
+    /// upstream, an answer within `recently`, else a TCP connect; for a stdio server, whether
+    /// its last start worked.
+    pub(crate) async fn check_health(&self, recently: Duration) -> bool {
         if self.connector.is_network() {
-            self.client.check_connect().await
+            self.client.check_connect(recently).await
         } else {
             self.connector.is_starting_well()
         }
