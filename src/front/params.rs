@@ -7,8 +7,12 @@
 use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
+mod checked;
+
 use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde_json::value::RawValue;
+
+use checked::Refused;
 
 use crate::error::ProxyError;
 use crate::protocol::META_PREFIX;
@@ -108,14 +112,21 @@ impl Params {
     /// Reads `raw` (absent or `null`: no members).
     ///
     /// # Errors
-    /// -32602 when the params are not an object; -32700 when they nest deeper than a tree may
-    /// (the members are not parsed now, but what is forwarded must be parseable later).
+    /// -32700 for what a tree would refuse (a number out of range, a lone surrogate, nesting
+    /// past serde_json's limit: the members are parsed later, as they are needed); -32602 for
+    /// params that are not an object, or name a key twice in any object ([`checked`]).
     pub(crate) fn parse(raw: Option<&RawValue>) -> Result<Self, ProxyError> {
         let Some(raw) = raw.filter(|r| r.get() != "null") else {
             return Ok(Self::default());
         };
-        if nests_deeper(raw.get().as_bytes(), MAX_DEPTH) {
-            return Err(ProxyError::Parse("params nest too deep".into()));
+        match checked::check(raw.get()) {
+            Ok(()) => {}
+            Err(Refused::Malformed(e)) => return Err(ProxyError::Parse(e)),
+            Err(Refused::DuplicateKey) => {
+                return Err(ProxyError::InvalidParams(
+                    "params name a key twice in one object".into(),
+                ))
+            }
         }
         serde_json::from_str(raw.get())
             .map_err(|_| ProxyError::InvalidParams("params must be an object".into()))
@@ -169,47 +180,6 @@ impl Params {
         }
         let text = String::from_utf8(out.close()).ok()?;
         RawValue::from_string(text).ok()
-    }
-}
-
-/// How deep params may nest: as deep as serde_json parses a tree (its recursion limit), which
-/// the params were parsed as before they were read member by member.
-const MAX_DEPTH: usize = 127;
-
-/// Whether JSON text `json` has arrays or objects nested more than `max` deep (the text is
-/// known to be JSON). Strings, most of the bytes, are skipped to their end with `memchr`.
-fn nests_deeper(json: &[u8], max: usize) -> bool {
-    let mut depth = 0usize;
-    let mut i = 0;
-    while let Some(&b) = json.get(i) {
-        match b {
-            b'"' => match string_end(json, i + 1) {
-                Some(end) => i = end,
-                None => return false,
-            },
-            b'[' | b'{' => {
-                depth += 1;
-                if depth > max {
-                    return true;
-                }
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        i += 1;
-    }
-    false
-}
-
-// The index of the quote that ends the string whose text starts at `from`.
-fn string_end(json: &[u8], mut from: usize) -> Option<usize> {
-    loop {
-        let at = from + memchr::memchr2(b'"', b'\\', json.get(from..)?)?;
-        if json[at] == b'"' {
-            return Some(at);
-        }
-        // An escape: the next byte is part of it.
-        from = at + 2;
     }
 }
 
@@ -300,26 +270,20 @@ mod tests {
     }
 
     #[test]
-    fn params_nesting_past_a_trees_depth_are_a_parse_error() {
+    fn what_a_tree_refuses_is_a_parse_error_and_a_repeated_key_invalid_params() {
         let nested = |n: usize| format!(r#"{{"x":{}"[]{{\"}}"{}}}"#, "[".repeat(n), "]".repeat(n));
-        assert!(!nests_deeper(nested(MAX_DEPTH - 1).as_bytes(), MAX_DEPTH));
-        // Brackets in strings, escaped quotes and backslashes do not count.
-        assert!(nests_deeper(br#"["\\", [[1]]]"#, 2));
-        assert!(!nests_deeper(br#"["\\\"[[[[", {"k[": 1}]"#, 2));
-        assert!(nests_deeper(nested(MAX_DEPTH).as_bytes(), MAX_DEPTH));
-        let raw = RawValue::from_string(nested(MAX_DEPTH)).unwrap();
-        assert_eq!(
+        let code = |text: String| {
+            let raw = RawValue::from_string(text).unwrap();
             Params::parse(Some(&raw))
-                .unwrap_err()
-                .to_error_object()
-                .code,
-            -32700
-        );
-        // The bound is serde_json's: what it parses as a tree is taken.
-        assert!(serde_json::from_str::<Value>(&nested(MAX_DEPTH)).is_err());
-        let ok = nested(MAX_DEPTH - 1);
-        assert!(serde_json::from_str::<Value>(&ok).is_ok());
-        assert!(Params::parse(Some(&RawValue::from_string(ok).unwrap())).is_ok());
+                .map(|_| ())
+                .map_err(|e| e.to_error_object().code)
+        };
+        assert_eq!(code(nested(126)), Ok(()));
+        assert_eq!(code(nested(127)), Err(-32700));
+        assert_eq!(code(r#"{"arguments":{"n":1e999}}"#.into()), Err(-32700));
+        assert_eq!(code(r#"{"arguments":{"s":"\ud800"}}"#.into()), Err(-32700));
+        let twice = r#"{"name":"t","arguments":{"path":"/etc/shadow","path":"/tmp/ok"}}"#;
+        assert_eq!(code(twice.into()), Err(-32602));
     }
 
     #[test]

@@ -374,12 +374,14 @@ impl TaskGuard {
     /// The upstream answered: the task is `completed` with `result` (JSON text).
     pub(crate) fn complete(&self, result: Box<RawValue>) {
         let extra = result.get().len();
-        let charged = self.end(Status::Completed, Ending::Result(result), None);
-        // Charged only to a task still held (one dropped at its TTL was released already).
-        if charged {
+        // Charged under the record's lock, and only to a task still held: the TTL sweep marks
+        // a task dropped under it before it gives back what the task is charged.
+        self.write(|view| {
             self.entry.bytes.fetch_add(extra, Ordering::AcqRel);
             self.tasks.quota.charge(extra);
-        }
+            Self::ending(view, Ending::Result(result), None);
+            Some(Status::Completed)
+        });
     }
 
     /// The call ended with a JSON-RPC error: the task is `failed`.
@@ -406,13 +408,18 @@ impl TaskGuard {
     // Ends the task; `false` when it had ended already (or was dropped).
     fn end(&self, status: Status, ending: Ending, message: Option<String>) -> bool {
         self.write(|view| {
-            view.ending = Some(ending);
-            view.asked.clear();
-            view.input_requests.clear();
-            // The last progress message says nothing of a finished task.
-            view.message = message;
+            Self::ending(view, ending, message);
             Some(status)
         })
+    }
+
+    // What a task keeps once it ends.
+    fn ending(view: &mut View, ending: Ending, message: Option<String>) {
+        view.ending = Some(ending);
+        view.asked.clear();
+        view.input_requests.clear();
+        // The last progress message says nothing of a finished task.
+        view.message = message;
     }
 
     // Changes the record under its lock (`f` says the status it moves to, if any), then tells

@@ -477,3 +477,43 @@ async fn a_legacy_session_that_declines_inline_gets_the_decline_and_the_upstream
     assert_eq!(done["result"]["content"][0]["text"], "Kept.");
     assert_eq!(mock.calls_of("delete_repo"), 0);
 }
+
+// An approval binds the arguments' digest; arguments a tree would refuse (and the digest could
+// not read) or that name a key twice (one parser reads one value, another the other) must not
+// ride on a token issued for other arguments. Sent as raw text: a `Value` cannot hold either.
+#[tokio::test]
+async fn a_retry_cannot_smuggle_arguments_the_digest_would_not_read() {
+    let (mock, proxy) = gated().await;
+    let c = proxy.client(all_caps());
+    // Approved for no arguments at all (`null`: what arguments that cannot be read digested as).
+    let (_, state) = first_round(&c, "delete_repo", Value::Null).await;
+    let meta = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": all_caps(),
+    });
+    let headers = [
+        ("mcp-method".to_owned(), "tools/call".to_owned()),
+        ("mcp-name".to_owned(), "delete_repo".to_owned()),
+    ];
+    for (arguments, code) in [
+        (r#"{"repo":"acme/prod","n":1e999}"#, -32700),
+        (r#"{"repo":"acme/prod\ud800"}"#, -32700),
+        (r#"{"repo":"acme/prod","repo":"acme/site"}"#, -32602),
+    ] {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"delete_repo","arguments":{arguments},"inputResponses":{},"requestState":"{state}","_meta":{meta}}}}}"#,
+            approve()
+        );
+        let ex = c.send_raw(body.into(), &headers).await.unwrap();
+        assert_eq!(error_of(&ex)["code"], code, "{arguments}: {:?}", ex.last);
+    }
+    assert_eq!(mock.calls_of("delete_repo"), 0, "the upstream saw nothing");
+    // The token is unspent: the approved call still runs with its own arguments.
+    let done = retry(&c, "delete_repo", Value::Null, approve(), &state).await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "deleted",
+        "{:?}",
+        done.last
+    );
+}

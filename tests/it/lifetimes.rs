@@ -157,8 +157,8 @@ async fn a_client_closing_the_stream_cancels_a_json_mode_upstream_before_its_hea
     client_close_cancels_upstream(true).await;
 }
 
-// The answer not decided yet (no keepalive comes before the client leaves): the call's actor
-// still runs inside the request's task, and goes on in its own when the request is dropped.
+// The answer not decided yet (no keepalive comes before the client leaves, so the response is
+// neither JSON nor SSE yet): the request is dropped while it waits for the call's first word.
 #[tokio::test]
 async fn a_client_leaving_before_any_answer_cancels_upstream() {
     client_close_cancels_upstream_with(false, "[server]\nkeepalive = \"60s\"\n").await;
