@@ -1,15 +1,17 @@
-//! A modern request's params, read without building a tree: the top-level members, and those of
-//! `_meta`, are kept as raw JSON text and parsed one by one where a value is needed; the params
-//! sent upstream are written from that text. A plain `tools/call` thus never holds its
-//! arguments as a `serde_json::Value` (the profile of issue 26: the tree, its clone and its drop
-//! were a fifth of the call's instructions).
+//! A modern request's params, read without building a tree: checked once as a tree would check
+//! them (`checked`), then the top-level members, and those of `_meta`, are kept as raw JSON text
+//! and parsed one by one where a value is needed; the params sent upstream are written from that
+//! text. A plain `tools/call` thus never holds its arguments as a `serde_json::Value` (the
+//! profile of issue 26: the tree, its clone and its drop were a fifth of the call's
+//! instructions).
+
+mod checked;
 
 use std::collections::BTreeMap;
 
-use serde::de::DeserializeOwned;
-mod checked;
-
-use serde::de::{Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{
+    Deserialize, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
+};
 use serde_json::value::RawValue;
 
 use checked::Refused;
@@ -18,8 +20,8 @@ use crate::error::ProxyError;
 use crate::protocol::META_PREFIX;
 use crate::trace_context::TraceContext;
 
-/// Members of a JSON object, raw. Keys in order (as a `serde_json::Map` keeps them); a key given
-/// twice keeps its last value, as a tree would.
+/// Members of a JSON object, raw, keys in order (as a `serde_json::Map` keeps them; a key named
+/// twice was refused by the check).
 type Members = BTreeMap<String, Box<RawValue>>;
 
 /// Members a modern request has that its legacy form does not: the retry's fields, and `task`
