@@ -18,7 +18,7 @@ use super::changes::{Change, ChangeFeed, Changes};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
-use super::session::{legacy_capabilities, legacy_capabilities_text, Session, SessionParams};
+use super::session::{legacy_capabilities_text, Session, SessionParams};
 use crate::config::{self, UpstreamTransport};
 
 /// Sessions are shared only between requests with the same key.
@@ -208,7 +208,9 @@ impl SessionPool {
             Acquired::Permit(p) => p,
         };
         let params = SessionParams {
-            capabilities: legacy_capabilities(capabilities),
+            // The key's text, written from valid JSON values: it parses.
+            capabilities: serde_json::from_str(&key.capabilities)
+                .unwrap_or_else(|_| serde_json::json!({})),
             credentials: LiveCredentials::new(credentials.clone()),
             protocol_version: self.protocol_version.clone(),
             default_roots: Arc::clone(&self.default_roots),

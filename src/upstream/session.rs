@@ -28,9 +28,7 @@ mod get_stream;
 mod request;
 mod wire;
 
-pub(crate) use wire::{
-    base_request, legacy_capabilities, legacy_capabilities_text, Handshake, SessionParams,
-};
+pub(crate) use wire::{base_request, legacy_capabilities_text, Handshake, SessionParams};
 use wire::{close_with, drain, handshake, init_params, initialize_result};
 
 /// A live legacy session.

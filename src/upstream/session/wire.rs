@@ -148,24 +148,12 @@ pub(super) async fn drain(
 }
 
 /// The capabilities a legacy client declares in `initialize`, in key order (that of a
-/// `serde_json::Map`, so that [`legacy_capabilities_text`] is the canonical text).
+/// `serde_json::Map`, so that [`legacy_capabilities_text`] writes the canonical text).
 const LEGACY_CAPABILITIES: [&str; 4] = ["elicitation", "experimental", "roots", "sampling"];
 
-/// Maps the capabilities a modern request declared to what `initialize` declares upstream.
-pub(crate) fn legacy_capabilities(modern: &Value) -> Value {
-    let mut caps = serde_json::Map::new();
-    if let Some(obj) = modern.as_object() {
-        for key in LEGACY_CAPABILITIES {
-            if let Some(v) = obj.get(key) {
-                caps.insert(key.to_owned(), v.clone());
-            }
-        }
-    }
-    Value::Object(caps)
-}
-
-/// [`legacy_capabilities`] as canonical JSON text, written without building the map (the pool
-/// keys sessions by it on every lease).
+/// Maps the capabilities a modern request declared to what `initialize` declares upstream, as
+/// canonical JSON text written without building a map: the pool keys sessions by it on every
+/// lease, and a new session declares it (parsed then).
 pub(crate) fn legacy_capabilities_text(modern: &Value) -> String {
     let mut out = Vec::with_capacity(64);
     out.push(b'{');
@@ -192,18 +180,18 @@ mod tests {
     #[test]
     fn capability_mapping_drops_modern_only_keys() {
         let m = json!({"elicitation":{"form":{}},"extensions":{"io.modelcontextprotocol/tasks":{}},"roots":{}});
-        assert_eq!(
-            legacy_capabilities(&m),
-            json!({"elicitation":{"form":{}},"roots":{}})
-        );
-        for modern in [
-            m,
-            json!({}),
-            json!([1]),
-            json!({"sampling":{},"roots":{"listChanged":true},"experimental":{"x":[1]},"elicitation":{}}),
+        let all = json!({"sampling":{},"roots":{"listChanged":true},"experimental":{"x":[1]},"elicitation":{}});
+        for (modern, legacy) in [
+            (m, json!({"elicitation":{"form":{}},"roots":{}})),
+            (json!({}), json!({})),
+            (json!([1]), json!({})),
+            (all.clone(), all),
         ] {
-            let text = crate::jsonrpc::text(&legacy_capabilities(&modern));
-            assert_eq!(legacy_capabilities_text(&modern), text);
+            // The canonical text of the mapped capabilities (a `Map` sorts its keys).
+            assert_eq!(
+                legacy_capabilities_text(&modern),
+                crate::jsonrpc::text(&legacy)
+            );
         }
     }
 }
