@@ -10,8 +10,6 @@
 
 use http::header::AUTHORIZATION;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use serde_json::Value;
-
 use std::sync::Arc;
 
 use crate::config::{self, PrincipalSource, SecretSource};
@@ -262,25 +260,6 @@ impl Authenticator {
                 |why| format!("invalid token: {why}"),
             ),
         })
-    }
-
-    /// A legacy client's `tools/call` in `bytes`, checked as [`Self::check_tool`] checks a
-    /// modern one (parsed only when `[auth.scopes]` names tools).
-    pub(crate) fn check_legacy_call(
-        &self,
-        who: &Principal,
-        bytes: &[u8],
-    ) -> Result<(), Box<Refusal>> {
-        if self.cfg.scopes.is_empty() {
-            return Ok(());
-        }
-        let Ok(msg) = serde_json::from_slice::<Value>(bytes) else {
-            return Ok(());
-        };
-        match (msg["method"].as_str(), msg["params"]["name"].as_str()) {
-            (Some("tools/call"), Some(tool)) => self.check_tool(who, tool),
-            _ => Ok(()),
-        }
     }
 
     /// A legacy client's request relayed upstream: in resource-server mode its token stays

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use dashmap::DashMap;
 use futures_util::future::join_all;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::upstream::{OwnSession, Owner, SinkFuture};
@@ -194,6 +194,8 @@ impl Bridge {
             out,
             backend: Mutex::new(Backend::None),
             in_flight: Arc::new(tokio::sync::Semaphore::new(MAX_SSE_IN_FLIGHT)),
+            elicits: AtomicBool::new(false),
+            asked: Mutex::new(HashMap::new()),
         };
         self.sse.insert(id.clone(), Arc::new(client));
         id
@@ -235,16 +237,26 @@ pub(crate) struct SseClient {
     /// Its messages being carried upstream: a POST is answered 202 at once, so this, not the
     /// connection, bounds what one client has in flight.
     pub(crate) in_flight: Arc<tokio::sync::Semaphore>,
+    /// Whether its `initialize` declared form elicitation (the approval gate may ask it).
+    elicits: AtomicBool,
+    /// The proxy's own questions awaiting the client's answer: request id (JSON text) → who
+    /// waits. Each holds one of `in_flight`'s permits while it waits, which bounds them.
+    asked: Mutex<HashMap<String, oneshot::Sender<serde_json::Value>>>,
 }
 
 /// Messages one HTTP+SSE client may have in flight upstream; past it a POST gets 503.
 pub(crate) const MAX_SSE_IN_FLIGHT: usize = 32;
 
-/// What an HTTP+SSE client's session speaks to upstream.
+/// What an HTTP+SSE client's session speaks to upstream: one backend per session, opened by
+/// its one `initialize` and ended with its stream.
 #[derive(Debug, Clone)]
 pub(crate) enum Backend {
     /// Nothing yet: it has not initialized.
     None,
+    /// Its `initialize` is on its way upstream.
+    Opening,
+    /// Its stream ended: it takes nothing more.
+    Closed,
     /// A session of its own (stdio, HTTP+SSE upstream), in the bridge under this id.
     Own(String, Arc<Bridged>),
     /// A legacy session of a Streamable HTTP upstream: its `Mcp-Session-Id` and version.
@@ -262,9 +274,77 @@ impl SseClient {
         lock(&self.backend).clone()
     }
 
+    /// Takes the session's one `initialize`: `false` when it began one already, or its stream
+    /// ended.
+    pub(crate) fn begin(&self) -> bool {
+        let mut backend = lock(&self.backend);
+        let first = matches!(*backend, Backend::None);
+        if first {
+            *backend = Backend::Opening;
+        }
+        first
+    }
+
+    /// Its `initialize` failed: it may try again.
+    pub(crate) fn reset(&self) {
+        let mut backend = lock(&self.backend);
+        if matches!(*backend, Backend::Opening) {
+            *backend = Backend::None;
+        }
+    }
+
     /// It initialized: from now on it speaks to `backend`.
-    pub(crate) fn set_backend(&self, backend: Backend) {
-        *lock(&self.backend) = backend;
+    ///
+    /// # Errors
+    /// `backend` back when the stream ended meanwhile: what it opened is the caller's to end.
+    pub(crate) fn set_backend(&self, backend: Backend) -> Result<(), Backend> {
+        let mut current = lock(&self.backend);
+        if matches!(*current, Backend::Closed) {
+            return Err(backend);
+        }
+        *current = backend;
+        Ok(())
+    }
+
+    /// Its stream ended: what was behind it, the caller's to end (once: the session is
+    /// [`Backend::Closed`] from now on).
+    pub(crate) fn close(&self) -> Backend {
+        lock(&self.asked).clear();
+        std::mem::replace(&mut *lock(&self.backend), Backend::Closed)
+    }
+
+    /// Records whether its `initialize` declared form elicitation.
+    pub(crate) fn set_elicits(&self, elicits: bool) {
+        self.elicits.store(elicits, Ordering::Relaxed);
+    }
+
+    /// Whether its `initialize` declared form elicitation.
+    pub(crate) fn elicits(&self) -> bool {
+        self.elicits.load(Ordering::Relaxed)
+    }
+
+    /// Awaits the client's answer to the proxy's own request `key` (its id as JSON text).
+    pub(crate) fn expect(&self, key: &str) -> oneshot::Receiver<serde_json::Value> {
+        let (tx, rx) = oneshot::channel();
+        lock(&self.asked).insert(key.to_owned(), tx);
+        rx
+    }
+
+    /// Hands the client's answer `message` to the proxy's request `key`; `false` when none
+    /// such waits (the message goes upstream then).
+    pub(crate) fn answer(&self, key: &str, message: serde_json::Value) -> bool {
+        match lock(&self.asked).remove(key) {
+            Some(tx) => {
+                let _ = tx.send(message);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Stops awaiting `key` (given up).
+    pub(crate) fn abandon(&self, key: &str) {
+        lock(&self.asked).remove(key);
     }
 }
 

@@ -65,6 +65,21 @@ pub(crate) fn fail(timer: RequestTimer, err: &ProxyError, id: Option<&RawValue>)
     json(err.status(), err.extra_headers(), err.to_body_bytes(id))
 }
 
+/// A failure after the answer's head went out (an approved legacy call's stream): logged once,
+/// counted, and the JSON-RPC error for request `id` that the stream carries instead.
+pub(crate) fn failed_in_stream(
+    metrics: &metrics::Metrics,
+    err: &ProxyError,
+    id: Option<&RawValue>,
+) -> Bytes {
+    let failure = Failure::of(err);
+    failure.log();
+    if let Some(kind) = failure.upstream {
+        metrics.upstream_failed(kind);
+    }
+    err.to_body_bytes(id)
+}
+
 /// How a request ended, as the edge records it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Settled {

@@ -28,6 +28,7 @@ use crate::trace_context::TraceContext;
 mod approval;
 pub(crate) mod bridge;
 mod cors;
+mod gate;
 mod listen;
 mod params;
 mod relay;
@@ -139,13 +140,17 @@ fn with_cors(mut resp: Response<Body>, origin: Option<http::HeaderValue>) -> Res
     resp
 }
 
-// Who the request speaks for. A peer's probe carries no token: it is signed, and checked
-// where it is answered.
+// Who the request speaks for. A peer's probe carries no token: it is signed by the key set,
+// and only a probe whose signature verifies is let in without one (any other request with the
+// header is a client's, identified as any other).
 async fn identify(
     app: &App,
     req: &Request<Incoming>,
 ) -> Result<Principal, Box<crate::auth::Refusal>> {
-    if *req.method() == Method::GET && req.headers().contains_key(cluster::PEER_HEADER) {
+    let probe = (*req.method() == Method::GET)
+        .then(|| req.headers().get(cluster::PEER_HEADER))
+        .flatten();
+    if probe.is_some_and(|sig| app.peers.verify(sig, b"", true)) {
         return Ok(Principal::anonymous());
     }
     app.auth.identify(req.headers()).await
@@ -183,9 +188,8 @@ async fn answer(
                     _ => bridge::delete(&app, req.headers(), &who, timer).await,
                 };
             }
-            let mut req = req.map(|b| b.map_err(Into::into).boxed());
-            app.auth.relay_headers(req.headers_mut(), &who);
-            relay::relay(&app, req, timer).await
+            let req = req.map(|b| b.map_err(Into::into).boxed());
+            relay::relay(&app, req, &who, timer).await
         }
         _ => {
             let mut r = edge::fail(timer, &ProxyError::MethodNotAllowed, None);
@@ -273,10 +277,11 @@ async fn post(
             timer.label(Era::Legacy, metrics::Method::HttpPost);
             let span = tracing::Span::current();
             TraceContext::describe_legacy(&span, (&parts.headers, &bytes), "legacy response");
-            if let Err(refusal) = app.auth.check_legacy_call(&who, &bytes) {
-                return edge::fail(timer, &ProxyError::Unauthenticated(refusal), None);
-            }
-            if let Some(answer) = approval::intercept(&app, &parts.headers, &bytes, &who.digest) {
+            let gated = match gate::legacy(&app, &who, &bytes) {
+                Ok(gated) => gated,
+                Err(e) => return edge::fail(timer, &e, None),
+            };
+            if let Some(answer) = approval::on_mcp(&app, (&parts.headers, &bytes), &who, gated) {
                 edge::settle(timer, Settled::with(metrics::Outcome::Complete));
                 return answer;
             }
@@ -286,9 +291,8 @@ async fn post(
                 approval::observe_initialize(&app, &bytes, resp.headers());
                 return resp;
             }
-            let mut req = Request::from_parts(parts, body::full(bytes.clone()));
-            app.auth.relay_headers(req.headers_mut(), &who);
-            let resp = relay::relay(&app, req, timer).await;
+            let req = Request::from_parts(parts, body::full(bytes.clone()));
+            let resp = relay::relay(&app, req, &who, timer).await;
             approval::observe_initialize(&app, &bytes, resp.headers());
             resp
         }
@@ -401,12 +405,12 @@ async fn route(
         Route::Forward { input_capable } => input_capable && !retry_of_parked,
         Route::Discover => false,
     };
-    // Resource-server mode: a tool may need a scope the token lacks (403 with the challenge).
-    if req.method == "tools/call" {
-        app.auth
-            .check_tool(&who, req.target())
-            .map_err(ProxyError::Unauthenticated)?;
-    }
+    // The gate, as on every way in: a scope the token lacks (403 with the challenge), a tool a
+    // person must approve first.
+    let gated = match req.method.as_str() {
+        "tools/call" => gate::tool_call(app, &who, req.target())?,
+        _ => None,
+    };
     // Draining: work that could outlive the grace goes to another replica; retries still reach
     // their parked calls here.
     if long_lived && app.is_draining() {
@@ -428,7 +432,7 @@ async fn route(
             Resumed::Forwarded(resp) => Ok(Routed::Forwarded(resp)),
             Resumed::Answered(resp) => Ok(Routed::Answered(resp)),
         },
-        Route::Forward { input_capable } => match approval::rule(app, &req) {
+        Route::Forward { input_capable } => match gated {
             // A gated tool: the person is asked before the upstream sees anything.
             Some(rule) => approval::ask(app, &req, &who, rule).map(Routed::Answered),
             None => Ok(Routed::Leg(start_call(

@@ -31,7 +31,9 @@ mod form;
 mod legacy;
 
 use form::{audit, form, verdict, Verdict, APPROVAL_KEY};
-pub(super) use legacy::{forget_session, intercept, observe_initialize};
+pub(super) use legacy::{
+    asked, decided, forget_session, observe_initialize, on_mcp, refusal, Question,
+};
 
 /// Bytes of randomness in an approval token's handle (it names no parked call).
 const HANDLE_BYTES: usize = 16;

@@ -20,6 +20,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
 use crate::ops::metrics::{Outcome, RequestTimer};
 use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER};
+use crate::upstream::UpstreamError;
 
 /// A legacy client's POST.
 pub(super) async fn post(
@@ -207,25 +208,29 @@ async fn request(
 /// the upstream says until the answer onto `writer` (an approved call of the approval gate).
 ///
 /// # Errors
-/// Why the request could not be sent.
+/// Why the request could not be sent: the session ended ([`UpstreamError::SessionGone`]), a
+/// body that is not a request, or the upstream's failure.
 pub(crate) async fn run_on(
     app: &App,
     (session_id, principal): (&str, &str),
     bytes: &[u8],
     writer: &mut SseWriter,
-) -> Result<(), String> {
+) -> Result<(), ProxyError> {
     let session = app
         .bridge
         .get(session_id, principal)
-        .ok_or("the session ended")?;
-    let msg = Message::parse(bytes).map_err(|e| format!("{e:?}"))?;
-    let client_id = msg.id.clone().ok_or("no id")?;
+        .ok_or(UpstreamError::SessionGone)?;
+    let msg = Message::parse(bytes).map_err(|e| ProxyError::Parse(format!("{e:?}")))?;
+    let client_id = msg
+        .id
+        .clone()
+        .ok_or_else(|| ProxyError::InvalidRequest("no id".into()))?;
     let key = client_id.get().to_owned();
     let id = session.map_request(&key);
     let upstream = jsonrpc::request_bytes(id, msg.method(), msg.params.as_deref());
     let routed = session.link().request(id, upstream).await.map_err(|e| {
         session.unmap(&key);
-        e.to_string()
+        ProxyError::Upstream(e)
     })?;
     let _busy = session.hold();
     stream_answer(routed.rx, id, &client_id, writer).await;

@@ -110,6 +110,23 @@ impl<'de> Deserialize<'de> for Meta {
     }
 }
 
+/// Checks a whole JSON body as [`Params::parse`] checks params: what a tree would refuse, and no
+/// object naming a key twice — so what the proxy reads of a body it gates is what any upstream
+/// parser reads of it.
+///
+/// # Errors
+/// -32700 for what is not JSON or a tree would refuse; -32600 for a key named twice.
+pub(crate) fn check_body(json: &[u8]) -> Result<(), ProxyError> {
+    let text = std::str::from_utf8(json).map_err(|e| ProxyError::Parse(e.to_string()))?;
+    match checked::check(text) {
+        Ok(()) => Ok(()),
+        Err(Refused::Malformed(e)) => Err(ProxyError::Parse(e)),
+        Err(Refused::DuplicateKey) => Err(ProxyError::InvalidRequest(
+            "the message names a key twice in one object".into(),
+        )),
+    }
+}
+
 impl Params {
     /// Reads `raw` (absent or `null`: no members).
     ///

@@ -1,5 +1,8 @@
 //! Legacy pass-through: a request from a legacy client (an `initialize`, or anything carrying
-//! `Mcp-Session-Id`) goes to the upstream unchanged and the answer streams back unchanged.
+//! `Mcp-Session-Id`) goes to the upstream unchanged and the answer streams back unchanged —
+//! but for its credentials: [`forward`], the one way a client's request leaves for the
+//! upstream's origin, applies the principal's credentials policy (`[auth]`) itself, so no path
+//! can relay a client's token or a subject header it wrote.
 
 use std::sync::Arc;
 
@@ -7,19 +10,35 @@ use http::{header, Request, Response, Uri};
 use http_body_util::BodyExt;
 
 use crate::app::App;
+use crate::auth::Principal;
 use crate::body::{self, Body};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::ops::metrics::{Direction, Metrics, Outcome, RequestTimer};
 use crate::protocol::strip_hop_by_hop;
 
-/// Relays `req` to the upstream's MCP endpoint and streams the response back, counting the
-/// body bytes both ways.
-pub(super) async fn relay(app: &App, req: Request<Body>, timer: RequestTimer) -> Response<Body> {
+/// On whose behalf a request goes upstream: what its credentials may be.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Behalf<'a> {
+    /// A client's request: in resource-server mode its token stays here (unless
+    /// `forward_authorization`) and only the verified subject goes upstream.
+    Of(&'a Principal),
+    /// Nobody's (a `/.well-known/` document): no subject, and no token in resource-server mode.
+    Nobody,
+}
+
+/// Relays `who`'s `req` to the upstream's MCP endpoint and streams the response back, counting
+/// the body bytes both ways.
+pub(super) async fn relay(
+    app: &App,
+    req: Request<Body>,
+    who: &Principal,
+    timer: RequestTimer,
+) -> Response<Body> {
     let path = app.pool.client().uri().path().to_owned();
     let metrics = &app.metrics;
     let req = req.map(|b| counted(b, Arc::clone(metrics), Direction::ToUpstream));
-    match forward(app, req, &path).await {
+    match forward(app, req, &path, Behalf::Of(who)).await {
         Ok(resp) => {
             let settled = Settled {
                 upstream_status: Some(resp.status().as_u16()),
@@ -47,13 +66,14 @@ fn counted(body: Body, metrics: Arc<Metrics>, direction: Direction) -> Body {
 /// upstream challenges (401 + `WWW-Authenticate`) through the proxy can discover how to log in.
 pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<Body> {
     let path = req.uri().path().to_owned();
-    forward(app, req, &path)
+    forward(app, req, &path, Behalf::Nobody)
         .await
         .unwrap_or_else(|e| edge::error(&e, None))
 }
 
 /// Sends `req` to `path` on the upstream's origin and returns its answer, hop-by-hop headers
-/// removed both ways (counted by the caller, if at all).
+/// removed both ways (counted by the caller, if at all), and its credentials as `behalf` may
+/// have them.
 ///
 /// # Errors
 /// [`ProxyError::Upstream`] when the upstream cannot be reached.
@@ -61,8 +81,13 @@ pub(super) async fn forward(
     app: &App,
     req: Request<Body>,
     path: &str,
+    behalf: Behalf<'_>,
 ) -> Result<Response<Body>, ProxyError> {
     let (mut parts, body) = req.into_parts();
+    match behalf {
+        Behalf::Of(who) => app.auth.relay_headers(&mut parts.headers, who),
+        Behalf::Nobody => app.auth.scrub(&mut parts.headers),
+    }
     let upstream = app.pool.client().uri();
     parts.uri = match parts.uri.query() {
         // The common case, the MCP endpoint itself: the upstream's URI as configured.

@@ -12,16 +12,20 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::bridge::{answer_to, cancelled_upstream, with_client_id};
+use super::gate::{self, Legacy};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::body::{self, Body};
 use crate::bridge::{Backend, Bridged, Refused, SseClient};
 use crate::edge::{self, Settled, SseWriter};
 use crate::error::ProxyError;
+use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
 use crate::ops::metrics::{Outcome, RequestTimer};
 use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER};
 use crate::upstream::{base_request, Credentials, MessageStream, UpstreamError};
+
+mod ask;
 
 /// Messages the stream may fall behind by before a producer waits.
 const STREAM_BUFFER: usize = 64;
@@ -61,10 +65,14 @@ pub(super) fn open(app: &Arc<App>, who: &Principal, timer: RequestTimer) -> Resp
 
 // The stream ended: so does what was behind it.
 async fn end(app: &App, id: &str, principal: &str) {
-    let Some(client) = app.bridge.close_sse(id) else {
-        return;
-    };
-    match client.backend() {
+    if let Some(client) = app.bridge.close_sse(id) {
+        release(app, client.close(), principal).await;
+    }
+}
+
+// Ends what a session had opened upstream.
+async fn release(app: &App, backend: Backend, principal: &str) {
+    match backend {
         Backend::Own(own, _) => {
             app.bridge.end(&own, principal).await;
         }
@@ -80,11 +88,13 @@ async fn end(app: &App, id: &str, principal: &str) {
                 let _ = app.pool.client().send(req).await;
             }
         }
-        Backend::Relayed(None, _) | Backend::None => {}
+        Backend::Relayed(None, _) | Backend::None | Backend::Opening | Backend::Closed => {}
     }
 }
 
-/// `POST server.sse_messages_path?sessionId=…`: one message of the session's client.
+/// `POST server.sse_messages_path?sessionId=…`: one message of the session's client. It passes
+/// the same gate as on `/mcp` (scopes, approval) before anything goes upstream; a gated call is
+/// asked about on the session's stream.
 pub(super) async fn post(
     app: &Arc<App>,
     query: Option<&str>,
@@ -106,19 +116,29 @@ pub(super) async fn post(
         Ok(m) => m,
         Err(e) => return edge::fail(timer, &ProxyError::Parse(format!("{e:?}")), None),
     };
+    let gated = match gate::legacy(app, who, bytes) {
+        Ok(gated) => gated,
+        Err(e) => return edge::fail(timer, &e, msg.id.as_deref()),
+    };
     let Ok(permit) = Arc::clone(&client.in_flight).try_acquire_owned() else {
         let e = ProxyError::Overloaded("too many messages in flight for this session".into());
         return edge::fail(timer, &e, None);
     };
-    let backend = client.backend();
-    let accepted = match (msg.method(), backend) {
-        ("initialize", Backend::None) => initialize(app, (id, client), msg, who).await,
-        (_, Backend::None) => Err(ProxyError::InvalidRequest("initialize first".into())),
-        (_, Backend::Own(_, session)) => {
-            own_message((&client, permit), &session, &msg, bytes).await
+    let accepted = match gated {
+        Legacy::Pass => carry(app, (id, &client, permit), &msg, bytes, who).await,
+        Legacy::Answer(key, answer) => match client.answer(&key, answer) {
+            true => Ok(()),
+            false => carry(app, (id, &client, permit), &msg, bytes, who).await,
+        },
+        Legacy::Ask(call) if client.elicits() => {
+            let on = (Arc::clone(&client), permit);
+            let asking = ask::Asking::of(call);
+            let (app, who) = (Arc::clone(app), who.clone());
+            tokio::spawn(ask_then_carry(app, on, who, asking, bytes.clone()));
+            Ok(())
         }
-        (_, Backend::Relayed(session, version)) => {
-            relay_message(app, (&client, permit), (session, version), bytes, who);
+        Legacy::Refuse(call) | Legacy::Ask(call) => {
+            ask::refuse(app, &client, &who.digest, &call).await;
             Ok(())
         }
     };
@@ -131,18 +151,81 @@ pub(super) async fn post(
     }
 }
 
+// A message the gate let through: to the session's backend (its one `initialize` opens it).
+async fn carry(
+    app: &Arc<App>,
+    (id, client, permit): (&str, &Arc<SseClient>, OwnedSemaphorePermit),
+    msg: &Message,
+    bytes: &Bytes,
+    who: &Principal,
+) -> Result<(), ProxyError> {
+    match (msg.method(), client.backend()) {
+        ("initialize", Backend::None) if client.begin() => {
+            let opened = initialize(app, (id, Arc::clone(client)), msg, who).await;
+            if opened.is_err() {
+                client.reset();
+            }
+            opened
+        }
+        ("initialize", _) => Err(ProxyError::InvalidRequest(
+            "this session is initialized already; open a new stream for another session".into(),
+        )),
+        (_, Backend::None | Backend::Opening | Backend::Closed) => {
+            Err(ProxyError::InvalidRequest("initialize first".into()))
+        }
+        (_, Backend::Own(_, session)) => own_message((client, permit), &session, msg, bytes).await,
+        (_, Backend::Relayed(session, version)) => {
+            relay_message(app, (client, permit), (session, version), bytes, who);
+            Ok(())
+        }
+    }
+}
+
+// A gated call asked about on the session's stream; once approved, carried upstream as any
+// message of the session (its answer on the stream too).
+async fn ask_then_carry(
+    app: Arc<App>,
+    (client, permit): (Arc<SseClient>, OwnedSemaphorePermit),
+    who: Principal,
+    asking: ask::Asking,
+    bytes: Bytes,
+) {
+    let id = serde_json::value::to_raw_value(&asking.id).ok();
+    if !ask::approved(&app, &client, &who, asking).await {
+        return;
+    }
+    let carried = match (Message::parse(&bytes), client.backend()) {
+        (Ok(msg), Backend::Own(_, session)) => {
+            own_message((&client, permit), &session, &msg, &bytes).await
+        }
+        (Ok(_), Backend::Relayed(session, version)) => {
+            relay_message(&app, (&client, permit), (session, version), &bytes, &who);
+            Ok(())
+        }
+        (Ok(_), Backend::None | Backend::Opening | Backend::Closed) => {
+            Err(UpstreamError::SessionGone.into())
+        }
+        (Err(e), _) => Err(ProxyError::Parse(format!("{e:?}"))),
+    };
+    if let Err(e) = carried {
+        let error = edge::failed_in_stream(&app.metrics, &e, id.as_deref());
+        let _ = client.out.send(error).await;
+    }
+}
+
 // `initialize`: the session behind the stream, answered on the stream.
 async fn initialize(
     app: &Arc<App>,
     (sse_id, client): (&str, Arc<SseClient>),
-    msg: Message,
+    msg: &Message,
     who: &Principal,
 ) -> Result<(), ProxyError> {
     let Some(client_id) = msg.id.clone() else {
         return Err(ProxyError::InvalidRequest("initialize is a request".into()));
     };
+    client.set_elicits(declares_elicitation(msg));
     if app.pool.relays_legacy_clients_now().await {
-        return initialize_relayed(app, client, &msg, who).await;
+        return initialize_relayed(app, client, msg, who).await;
     }
     let request = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
     let (own, answer) = app.pool.open_own(0, request, &who.credentials).await?;
@@ -154,13 +237,25 @@ async fn initialize(
     };
     if failed {
         own.close().await;
+        client.reset();
     } else {
         let (id, session) = app.bridge.register(&who.digest, own);
-        client.set_backend(Backend::Own(id, Arc::clone(&session)));
+        if let Err(opened) = client.set_backend(Backend::Own(id, Arc::clone(&session))) {
+            // The stream ended while the session opened: nobody will use it.
+            release(app, opened, &who.digest).await;
+            return Ok(());
+        }
         listen(app, (sse_id, &client), &session);
     }
     let _ = client.out.send(Bytes::from(answer)).await;
     Ok(())
+}
+
+// Whether an `initialize` declares form elicitation.
+fn declares_elicitation(msg: &Message) -> bool {
+    msg.params_value().is_ok_and(|p| {
+        input::check_capability(InputKind::Elicitation, None, &p["capabilities"]).is_ok()
+    })
 }
 
 // What the client's own session says outside its requests goes on the stream too; when that
@@ -268,19 +363,29 @@ async fn initialize_relayed(
     let session = resp.headers().get(SESSION_HEADER).cloned();
     let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
     let mut version = asked;
+    let mut opened = false;
     while let Some(Ok(message)) = stream.next().await {
-        if let Some(v) = negotiated(&message) {
-            version = v;
-        }
         let restored = msg
             .id
             .as_deref()
             .and_then(|id| with_client_id(&message, id));
+        // The session is the client's before it reads the answer: its next POST may follow at
+        // once.
+        if matches!(restored, Some((_, false))) && !opened {
+            version = negotiated(&message).unwrap_or(version);
+            let backend = Backend::Relayed(session.clone(), version.clone());
+            if let Err(opened) = client.set_backend(backend) {
+                release(app, opened, &who.digest).await;
+                return Ok(());
+            }
+            opened = true;
+        }
         let message = restored.map_or(message, |(m, _)| Bytes::from(m));
         let _ = client.out.send(message).await;
     }
-    client.set_backend(Backend::Relayed(session.clone(), version.clone()));
-    if session.is_some() {
+    if !opened {
+        client.reset();
+    } else if session.is_some() {
         relay_get_stream(app, &client, session, version, who.credentials.clone());
     }
     Ok(())

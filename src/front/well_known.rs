@@ -18,7 +18,7 @@ use crate::edge;
 const MAX_METADATA_BYTES: usize = 64 * 1024;
 
 /// Answers a GET under `/.well-known/`.
-pub(crate) async fn serve(app: &App, mut req: Request<Body>) -> Response<Body> {
+pub(crate) async fn serve(app: &App, req: Request<Body>) -> Response<Body> {
     let auth = app.auth.config();
     let is_metadata = metadata::is_metadata_path(
         req.uri().path(),
@@ -38,10 +38,7 @@ pub(crate) async fn serve(app: &App, mut req: Request<Body>) -> Response<Body> {
     }
     match (&auth.resource, is_metadata) {
         (Some(public), true) => relayed_metadata(app, public).await,
-        _ => {
-            app.auth.scrub(req.headers_mut());
-            relay::relay_same_path(app, req).await
-        }
+        _ => relay::relay_same_path(app, req).await,
     }
 }
 
@@ -55,7 +52,7 @@ async fn relayed_metadata(app: &App, public: &http::Uri) -> Response<Body> {
     ] {
         let get = Request::get(path.as_str()).body(body::empty());
         let Ok(get) = get else { continue };
-        let Ok(resp) = relay::forward(app, get, &path).await else {
+        let Ok(resp) = relay::forward(app, get, &path, relay::Behalf::Nobody).await else {
             return edge::text(StatusCode::BAD_GATEWAY, "the upstream is unreachable\n");
         };
         if resp.status() != StatusCode::OK {

@@ -1,10 +1,11 @@
-//! The approval gate for legacy clients (relayed sessions): a `tools/call` of a gated tool on a
-//! session whose `initialize` declared form elicitation is answered with an SSE stream on which
-//! the proxy itself sends the approval as an inline `elicitation/create`, the way a legacy
-//! server would; the client's answer (a POST on the same session) is taken here, not relayed.
-//! Approved, the call goes upstream and its answer streams on; declined, the stream ends with an
-//! `isError` result. A session that declared no elicitation, or a batch, is refused, and so is
-//! a body that is not JSON (fail closed).
+//! The approval gate for legacy clients: a `tools/call` of a gated tool (the gate's verdict,
+//! `front::gate`) is answered with an SSE stream on which the proxy itself sends the approval
+//! as an inline `elicitation/create`, the way a legacy server would, when the session's
+//! `initialize` declared form elicitation; the client's answer (a POST on the same session) is
+//! taken here, not relayed. Approved, the call goes upstream — through the one relay that
+//! applies the principal's credentials policy — and its answer streams on; declined, the stream
+//! ends with an `isError` result. A session that declared no elicitation, or a batch, is
+//! refused. The HTTP+SSE front asks on its session's stream with the same [`Question`].
 
 use std::sync::Arc;
 
@@ -15,77 +16,123 @@ use serde_json::{json, Value};
 
 use super::form::{audit, form, verdict, Verdict};
 use crate::app::App;
+use crate::auth::Principal;
 use crate::body::{self, Body};
 use crate::config::ApprovalRule;
 use crate::edge::{self, SseWriter};
-use crate::front::relay;
+use crate::error::ProxyError;
+use crate::front::gate::{GatedCall, Legacy};
+use crate::front::relay::{self, Behalf};
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject};
 use crate::ops::metrics::Decision;
-use crate::protocol::{INVALID_REQUEST, PARSE_ERROR, SESSION_HEADER};
+use crate::protocol::{INVALID_REQUEST, SESSION_HEADER};
 use crate::sse::SseDecoder;
 use crate::state::random_id;
+use crate::upstream::UpstreamError;
 
 /// Bytes of randomness in the id of the proxy's own `elicitation/create`.
 const REQUEST_ID_BYTES: usize = 9;
 
-/// A legacy client's gated call, asked about inline.
+/// A legacy client's gated call on `/mcp`, asked about inline.
 struct Inline {
     session: String,
     id: Value,
     tool: String,
     arguments: Value,
-    principal: String,
+    who: Principal,
     headers: HeaderMap,
     bytes: Bytes,
 }
 
-/// A legacy POST, before it is relayed: the client's answer to the proxy's own request (taken:
-/// 202), a call of a gated tool (asked inline, or refused), or `None`: relay it.
-pub(crate) fn intercept(
-    app: &Arc<App>,
-    headers: &HeaderMap,
-    bytes: &Bytes,
-    principal: &str,
-) -> Option<Response<Body>> {
-    if !app.config.approval.is_enabled() {
+/// The proxy's own question about a gated call: the `elicitation/create` it sends, and its id
+/// as JSON text (the key its answer is taken under).
+#[derive(Debug)]
+pub(crate) struct Question {
+    pub(crate) key: String,
+    pub(crate) message: Vec<u8>,
+}
+
+impl Question {
+    /// The approval form of `rule` about a call with `arguments`, under a fresh id.
+    pub(crate) fn new(rule: &ApprovalRule, arguments: &Value) -> Self {
+        let request_id = format!("mrtr-approval-{}", random_id(REQUEST_ID_BYTES));
+        let message = json!({"jsonrpc": "2.0", "id": request_id, "method": "elicitation/create",
+            "params": form(rule, arguments)});
+        Self {
+            key: jsonrpc::text(&Value::String(request_id)),
+            message: jsonrpc::text(&message).into_bytes(),
+        }
+    }
+}
+
+/// Audits that the person is asked about `who`'s `call`.
+pub(crate) fn asked(app: &App, principal: &str, call: &GatedCall<'_>) {
+    let on = (principal, call.tool.as_str(), &call.arguments);
+    audit(app, on, call.rule, Decision::Asked);
+}
+
+/// What the person's answer (a JSON-RPC response; an error, or anything but a well-formed
+/// approval, declines) decides about `who`'s call, audited; `Some` is the declined call's
+/// result, for request `id`.
+pub(crate) fn decided(
+    app: &App,
+    (principal, call): (&str, &GatedCall<'_>),
+    answer: &Value,
+) -> Option<Vec<u8>> {
+    let rule = call.rule;
+    let on = (principal, call.tool.as_str(), &call.arguments);
+    let approved = answer
+        .get("result")
+        .map(|r| verdict(rule, Some(r)))
+        .is_some_and(|v| matches!(v, Ok(Verdict::Approved)));
+    if approved {
+        audit(app, on, rule, Decision::Approved);
         return None;
     }
+    audit(app, on, rule, Decision::Declined);
+    let result = json!({"content": [{"type": "text", "text": rule.on_decline}], "isError": true});
+    let done = json!({"jsonrpc": "2.0", "id": call.id, "result": result});
+    Some(jsonrpc::text(&done).into_bytes())
+}
+
+/// A legacy POST on `/mcp` as the gate read it: the client's answer to the proxy's own request
+/// (taken: 202), a call of a gated tool (asked inline, or refused), or `None`: relay it.
+pub(crate) fn on_mcp(
+    app: &Arc<App>,
+    (headers, bytes): (&HeaderMap, &Bytes),
+    who: &Principal,
+    gated: Legacy<'_>,
+) -> Option<Response<Body>> {
     let session = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok());
-    if let Some(session) = session {
+    if let Some(session) = session.filter(|_| app.config.approval.is_enabled()) {
         app.legacy.seen(session);
     }
-    let Ok(message) = serde_json::from_slice::<Value>(bytes) else {
-        // Fail closed: a body this parser refuses might still read, to a laxer upstream parser
-        // (NaN, lone surrogates), as a call of a gated tool.
-        return Some(unreadable());
+    let call = match gated {
+        Legacy::Pass => return None,
+        Legacy::Answer(id, message) => {
+            let taken = session.is_some_and(|s| app.legacy.answer(s, &id, message));
+            return taken.then(|| edge::empty(StatusCode::ACCEPTED));
+        }
+        Legacy::Refuse(call) => return Some(refuse(app, &who.digest, &call)),
+        Legacy::Ask(call) => call,
     };
-    if let (Some(session), Some(id)) = (session, answer_id(&message)) {
-        if app.legacy.answer(session, &id, message) {
-            return Some(edge::empty(StatusCode::ACCEPTED));
-        }
-        return None;
-    }
-    let (id, tool, rule) = gated(app, &message)?;
-    let one = message.is_object();
-    match session.filter(|s| one && app.legacy.can_elicit(s)) {
-        Some(session) => {
-            let inline = Inline {
-                session: session.to_owned(),
-                id,
-                tool: tool.to_owned(),
-                arguments: message["params"]["arguments"].clone(),
-                principal: principal.to_owned(),
-                headers: headers.clone(),
-                bytes: bytes.clone(),
-            };
-            let (writer, resp) = SseWriter::open(app.config.server.keepalive);
-            let rule = rule.clone();
-            tokio::spawn(ask(Arc::clone(app), writer, inline, rule));
-            Some(resp)
-        }
-        None => Some(refuse(app, (principal, tool), rule, id)),
-    }
+    let Some(session) = session.filter(|s| app.legacy.can_elicit(s)) else {
+        return Some(refuse(app, &who.digest, &call));
+    };
+    let (writer, resp) = SseWriter::open(app.config.server.keepalive);
+    let rule = call.rule.clone();
+    let inline = Inline {
+        session: session.to_owned(),
+        id: call.id,
+        tool: call.tool,
+        arguments: call.arguments,
+        who: who.clone(),
+        headers: headers.clone(),
+        bytes: bytes.clone(),
+    };
+    tokio::spawn(ask(Arc::clone(app), writer, inline, rule));
+    Some(resp)
 }
 
 /// Records the session a relayed `initialize` (`request`) opened, from its answer's headers.
@@ -114,57 +161,23 @@ pub(crate) fn forget_session(app: &App, headers: &HeaderMap) {
     }
 }
 
-// A body that is not JSON, refused while tools are gated.
-fn unreadable() -> Response<Body> {
-    let error = ErrorObject {
-        code: PARSE_ERROR,
-        message: "the body is not JSON, and this proxy relays only what it can read while tools are gated".into(),
-        data: None,
-    };
+// A gated call that cannot be asked about (no elicitation declared, or in a batch).
+pub(crate) fn refuse(app: &App, principal: &str, call: &GatedCall<'_>) -> Response<Body> {
     edge::json(
-        StatusCode::BAD_REQUEST,
+        StatusCode::OK,
         HeaderMap::new(),
-        jsonrpc::error_bytes(None, &error),
+        refusal(app, principal, call),
     )
 }
 
-// The id a JSON-RPC response answers, as JSON text (a message with no method, an id and a
-// result or an error).
-fn answer_id(message: &Value) -> Option<String> {
-    let answers = message.get("method").is_none()
-        && (message.get("result").is_some() || message.get("error").is_some());
-    answers
-        .then(|| message.get("id").map(jsonrpc::text))
-        .flatten()
-}
-
-// The first `tools/call` of a gated tool in `message` (or a batch): its id, tool and rule.
-fn gated<'a>(app: &'a App, message: &'a Value) -> Option<(Value, &'a str, &'a ApprovalRule)> {
-    let messages = match message {
-        Value::Array(batch) => batch.iter().collect(),
-        one => vec![one],
-    };
-    messages.into_iter().find_map(|m| {
-        if m.get("method")? != "tools/call" {
-            return None;
-        }
-        let tool = m.get("params")?.get("name")?.as_str()?;
-        let rule = app.config.approval.rule_for(tool)?;
-        Some((m.get("id").cloned().unwrap_or(Value::Null), tool, rule))
-    })
-}
-
-// A gated call that cannot be asked about (no elicitation declared, or in a batch).
-fn refuse(
-    app: &App,
-    (principal, tool): (&str, &str),
-    rule: &ApprovalRule,
-    id: Value,
-) -> Response<Body> {
+/// The error a gated call that cannot be asked about gets (no elicitation declared, or in a
+/// batch), audited.
+pub(crate) fn refusal(app: &App, principal: &str, call: &GatedCall<'_>) -> Vec<u8> {
+    let tool = call.tool.as_str();
     audit(
         app,
         (principal, tool, &Value::Null),
-        rule,
+        call.rule,
         Decision::LegacyRefused,
     );
     let error = ErrorObject {
@@ -174,83 +187,63 @@ fn refuse(
         ),
         data: None,
     };
-    let id = serde_json::value::to_raw_value(&id).ok();
-    edge::json(
-        StatusCode::OK,
-        HeaderMap::new(),
-        jsonrpc::error_bytes(id.as_deref(), &error),
-    )
+    let id = serde_json::value::to_raw_value(&call.id).ok();
+    jsonrpc::error_bytes(id.as_deref(), &error)
 }
 
 // Asks on the call's stream, waits (at most `state.ttl`) for the answer, then runs the call or
 // ends with the decline.
 async fn ask(app: Arc<App>, mut writer: SseWriter, call: Inline, rule: ApprovalRule) {
-    let who = (call.principal.as_str(), call.tool.as_str(), &call.arguments);
-    let request_id = format!("mrtr-approval-{}", random_id(REQUEST_ID_BYTES));
-    let key = jsonrpc::text(&Value::String(request_id.clone()));
-    let answer = app.legacy.expect(&call.session, &key);
-    let elicit = json!({"jsonrpc": "2.0", "id": request_id, "method": "elicitation/create",
-        "params": form(&rule, &call.arguments)});
-    audit(&app, who, &rule, Decision::Asked);
+    let question = Question::new(&rule, &call.arguments);
+    let answer = app.legacy.expect(&call.session, &question.key);
+    let gated = GatedCall {
+        id: call.id.clone(),
+        tool: call.tool.clone(),
+        arguments: call.arguments.clone(),
+        rule: &rule,
+    };
+    let principal = call.who.digest.clone();
+    asked(&app, &principal, &gated);
     let waited = tokio::time::timeout(app.config.state.ttl, answer);
-    let answered = match writer.send(jsonrpc::text(&elicit).as_bytes()).await {
+    let answered = match writer.send(&question.message).await {
         Ok(()) => writer.pump(waited).await,
         Err(gone) => Err(gone),
     };
     let Ok(Ok(Ok(message))) = answered else {
         // The client left, or never answered: the call does not run.
-        app.legacy.abandon(&call.session, &key);
+        app.legacy.abandon(&call.session, &question.key);
         return;
     };
-    // An error, or an answer that is not a well-formed approval, declines.
-    let approved = message
-        .get("result")
-        .map(|r| verdict(&rule, Some(r)))
-        .is_some_and(|v| matches!(v, Ok(Verdict::Approved)));
-    if !approved {
-        audit(&app, who, &rule, Decision::Declined);
-        let result =
-            json!({"content": [{"type": "text", "text": rule.on_decline}], "isError": true});
-        let done = json!({"jsonrpc": "2.0", "id": call.id, "result": result});
-        let _ = writer.send(jsonrpc::text(&done).as_bytes()).await;
+    if let Some(declined) = decided(&app, (&principal, &gated), &message) {
+        let _ = writer.send(&declined).await;
         return;
     }
-    audit(&app, who, &rule, Decision::Approved);
-    let id = call.id.clone();
+    let id = serde_json::value::to_raw_value(&call.id).ok();
     let ran = if app.pool.relays_legacy_clients() {
         run(&app, &mut writer, call).await
     } else {
         // The client's own session (a stdio or HTTP+SSE upstream).
-        let on = (call.session.as_str(), call.principal.as_str());
+        let on = (call.session.as_str(), principal.as_str());
         crate::front::bridge::run_on(&app, on, &call.bytes, &mut writer).await
     };
-    if let Err(why) = ran {
-        let error = ErrorObject {
-            code: crate::protocol::INTERNAL_ERROR,
-            message: why,
-            data: None,
-        };
-        let id = serde_json::value::to_raw_value(&id).ok();
-        let _ = writer
-            .send(&jsonrpc::error_bytes(id.as_deref(), &error))
-            .await;
+    if let Err(e) = ran {
+        let error = edge::failed_in_stream(&app.metrics, &e, id.as_deref());
+        let _ = writer.send(&error).await;
     }
 }
 
-// Relays the approved call upstream and streams what it answers (SSE events, or one JSON
-// message) on to the client.
-async fn run(app: &App, writer: &mut SseWriter, call: Inline) -> Result<(), String> {
+// Relays the approved call upstream on behalf of its principal and streams what it answers
+// (SSE events, or one JSON message) on to the client; a client gone meanwhile ends it quietly.
+async fn run(app: &App, writer: &mut SseWriter, call: Inline) -> Result<(), ProxyError> {
     let mut req = Request::post(app.pool.client().uri().clone())
         .body(body::full(call.bytes))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ProxyError::Internal(e.to_string()))?;
     *req.headers_mut() = call.headers;
     req.headers_mut().remove(http::header::CONTENT_LENGTH);
     let path = app.pool.client().uri().path().to_owned();
-    let resp = relay::forward(app, req, &path)
-        .await
-        .map_err(|e| e.to_string())?;
+    let resp = relay::forward(app, req, &path, Behalf::Of(&call.who)).await?;
     if !resp.status().is_success() {
-        return Err(format!("the upstream answered http {}", resp.status()));
+        return Err(UpstreamError::from_status(&resp).into());
     }
     let sse = resp
         .headers()
@@ -264,32 +257,31 @@ async fn run(app: &App, writer: &mut SseWriter, call: Inline) -> Result<(), Stri
     let mut decoder = SseDecoder::new(max);
     let mut json = Vec::new();
     while let Some(frame) = body.frame().await {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(e) => return Err(e.to_string()),
-        };
+        let frame = frame.map_err(|e| {
+            tracing::debug!(error = %e, "the approved call's upstream stream broke");
+            UpstreamError::Closed
+        })?;
         let Some(data) = frame.data_ref() else {
             continue;
         };
         if !sse {
             if json.len() + data.len() > max {
-                return Err("the upstream's answer is over upstream.max_sse_event".into());
+                return Err(UpstreamError::Protocol(
+                    "the upstream's answer is over upstream.max_sse_event".into(),
+                )
+                .into());
             }
             json.extend_from_slice(data);
             continue;
         }
-        for event in decoder.feed(data).map_err(|e| e.to_string())? {
-            writer
-                .send(event.data.as_bytes())
-                .await
-                .map_err(|_| "the client left".to_owned())?;
+        for event in decoder.feed(data).map_err(UpstreamError::from)? {
+            if writer.send(event.data.as_bytes()).await.is_err() {
+                return Ok(());
+            }
         }
     }
-    if sse {
-        return Ok(());
+    if !sse {
+        let _ = writer.send(&json).await;
     }
-    writer
-        .send(&json)
-        .await
-        .map_err(|_| "the client left".to_owned())
+    Ok(())
 }
