@@ -32,6 +32,7 @@ mod park;
 mod passthrough;
 mod security;
 mod smoke;
+mod sse_front;
 mod sse_upstream;
 mod stdio;
 mod support;
