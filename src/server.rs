@@ -449,14 +449,38 @@ fn reload_keys(app: &App) {
     }
 }
 
-// Readiness that follows the upstream (an initialize until it answers, then a TCP check every
-// `upstream.health_interval`; a failed connection anywhere turns readiness off until the next
-// initialize answers), idle-session reaping, tombstone sweeping.
+// The background work: readiness that follows the upstream, and the periodic sweeps — each on
+// its own clock, so the sweeps go on while the upstream is down.
 async fn background(app: Arc<App>) {
-    let mut delay = Duration::from_millis(100);
+    tokio::join!(sweep(Arc::clone(&app)), follow_upstream(app));
+}
+
+// Idle upstream sessions reaped; expired parked calls, tasks, spent tokens, sessions' records
+// and idle bridged children swept.
+async fn sweep(app: Arc<App>) {
     let period = (app.config.pool.idle_timeout / 2)
         .clamp(Duration::from_millis(100), Duration::from_secs(30));
     let mut reap = tokio::time::interval(period);
+    loop {
+        reap.tick().await;
+        let closed = app.pool.reap_idle().await;
+        if closed > 0 {
+            tracing::debug!(closed, "closed idle upstream sessions");
+        }
+        app.calls.parked.sweep();
+        app.calls.tasks.sweep();
+        app.replays.sweep();
+        app.approvals.sweep();
+        app.legacy.sweep();
+        app.bridge.reap_idle().await;
+    }
+}
+
+// Readiness: an initialize until the upstream answers (backing off), then a check every
+// `upstream.health_interval`; a failed connection anywhere turns readiness off until the next
+// initialize answers.
+async fn follow_upstream(app: Arc<App>) {
+    let mut delay = Duration::from_millis(100);
     let mut health = tokio::time::interval(app.config.upstream.health_interval);
     let mut policy_checked = false;
     loop {
@@ -475,24 +499,13 @@ async fn background(app: Arc<App>) {
                 tokio::spawn(async move { app.check_approval_policy().await });
             }
         }
-        tokio::select! {
-            _ = reap.tick() => {
-                let closed = app.pool.reap_idle().await;
-                if closed > 0 {
-                    tracing::debug!(closed, "closed idle upstream sessions");
-                }
-                app.calls.parked.sweep();
-                app.calls.tasks.sweep();
-                app.replays.sweep();
-                app.approvals.sweep();
-                app.legacy.sweep();
-                app.bridge.reap_idle().await;
-            }
-            _ = health.tick() => {
-                if !app.pool.check_health(app.config.upstream.health_interval).await {
-                    tracing::warn!(upstream = %app.upstream_name(), "upstream unreachable; not ready");
-                }
-            }
+        health.tick().await;
+        if !app
+            .pool
+            .check_health(app.config.upstream.health_interval)
+            .await
+        {
+            tracing::warn!(upstream = %app.upstream_name(), "upstream unreachable; not ready");
         }
     }
 }

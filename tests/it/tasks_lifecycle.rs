@@ -84,3 +84,34 @@ async fn shutdown_answers_tasks_while_it_drains_then_cancels_the_running_ones_up
     })
     .await;
 }
+
+#[tokio::test]
+async fn the_sweeps_go_on_while_the_upstream_is_down() {
+    let toml = format!(
+        "health_interval = \"50ms\"\n[pool]\nidle_timeout = \"200ms\"\n[tasks]\nttl = \"1s\"\nafter = \"0s\"\n{SLOW_ALWAYS}"
+    );
+    let (mock, proxy) = setup("slow", vec![Step::Hang], &toml).await;
+    let c = proxy.client(task_caps());
+    start_task(&c, "slow").await;
+    // The upstream stops listening (its call's connection stays): readiness turns off.
+    drop(mock);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while proxy.get_status("/readyz").await == http::StatusCode::OK {
+        assert!(tokio::time::Instant::now() < deadline, "never unready");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The task's TTL passes while the upstream is down: the sweep (every 100 ms here) drops it
+    // all the same.
+    while !proxy
+        .get_text("/metrics")
+        .await
+        .contains("mrtr_task_memory_bytes 0\n")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the task was not swept"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_ne!(proxy.get_status("/readyz").await, http::StatusCode::OK);
+}
