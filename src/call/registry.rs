@@ -246,6 +246,7 @@ mod tests {
         Claims {
             handle: h.into(),
             issuer: "i".into(),
+            boot: None,
             principal: "p".into(),
             request: "r".into(),
             round: 1,

@@ -2,8 +2,8 @@
 //! upstream sees anything, with an `input_required` round of one form elicitation (the policy's
 //! message, a required `approve` boolean, the policy's extra fields) behind a requestState bound
 //! like any other (principal, tool, canonical arguments) and to the policy's version. Its retry
-//! is taken once, on the instance that asked (a peer forwards it there; that instance gone, the
-//! person is asked again): approved, the call starts as any other; declined, it ends as an error
+//! is taken once, by the process that asked (a peer forwards it there; that instance gone, or
+//! restarted under the same id, the person is asked again): approved, the call starts as any other; declined, it ends as an error
 //! result the upstream never saw. Legacy clients are asked inline on their call's stream
 //! (`legacy`); the form itself is `form`.
 
@@ -99,8 +99,10 @@ pub(super) fn ask(
 }
 
 /// The retry of an approval this instance asked for: approved, the call starts; declined, an
-/// error result; unanswered, or asked under another policy, the person is asked again. The
-/// token is spent here once, after its answer was found well-formed.
+/// error result; unanswered, asked under another policy, or asked before this process started
+/// (an instance restarted under the same id), the person is asked again. The token is spent
+/// here once, after its answer was found well-formed: the ledger is this process's, so only a
+/// token this process signed is ever taken.
 ///
 /// # Errors
 /// [`ProxyError::BadRetry`] for a malformed answer (the token stays unspent);
@@ -120,6 +122,15 @@ pub(super) fn answered(
         return Ok(Taken::Started(start_call(app, req, who, (true, None))));
     };
     if claims.approval.as_deref() != Some(rule.version.as_str()) {
+        return ask(app, &req, &who, rule).map(Taken::Answered);
+    }
+    if !app.tokens.signed_since_start(claims) {
+        // Asked by an earlier process under this instance id (a restart with a fixed
+        // `state.instance_id`): whether that process took it died with its ledger.
+        tracing::info!(
+            tool = req.target(),
+            "an approval asked before this instance restarted: asking again"
+        );
         return ask(app, &req, &who, rule).map(Taken::Answered);
     }
     let verdict = verdict(rule, answers.get(APPROVAL_KEY))?;

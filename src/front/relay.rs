@@ -62,8 +62,9 @@ fn counted(body: Body, metrics: Arc<Metrics>, direction: Direction) -> Body {
 }
 
 /// Relays `req` to the same path on the upstream's origin: OAuth metadata under `/.well-known/`
-/// (RFC 9728 protected-resource metadata, authorization-server metadata), so that a client the
-/// upstream challenges (401 + `WWW-Authenticate`) through the proxy can discover how to log in.
+/// (RFC 9728 protected-resource metadata, authorization-server metadata, OpenID configuration:
+/// the paths `well_known` allows, without their query), so that a client the upstream
+/// challenges (401 + `WWW-Authenticate`) through the proxy can discover how to log in.
 pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     forward(app, req, &path, Behalf::Nobody)

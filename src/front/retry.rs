@@ -116,7 +116,8 @@ async fn resume(
 
 /// Runs a lost call again on this instance's upstream, answering from its token what the user
 /// already answered; `lost` is the error when the token carries no journal (not replay-safe).
-/// Each token is replayed at most once per instance.
+/// Each token is replayed at most once per process: the ledger is in memory, so an instance
+/// restarted (under the same id or not) may replay it once more, as another replica may.
 fn replay_here(
     app: &Arc<App>,
     req: ModernRequest,

@@ -1,5 +1,8 @@
 //! Tokens spent on this instance, each at most once: a lost call's token replayed here, an
 //! approval taken. What a token allows is its claims'; whether it was already used is this.
+//! The ledger is the process's memory: a restart starts it empty, so an approval is taken only
+//! from a token this process signed (`TokenCodec::signed_since_start`), and a replay is at most
+//! once per process.
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! `requestState` tokens: compact JWTs (HS256, ES256 or EdDSA, as the key says) naming a parked
-//! call, bound to a principal, a request and a round, with an expiry and a single-use id. Every
+//! call, bound to a principal, a request and a round, with an expiry and a single-use id, and
+//! naming the process that signed them (the instance id and a nonce drawn at start). Every
 //! token names its key (`kid`, see `keys`); the codec signs with the active key and verifies with
 //! any key of the set, so a key can rotate without failing a round in flight.
 //!
@@ -28,6 +29,11 @@ pub(crate) struct Claims {
     /// Issuer: this proxy instance.
     #[serde(rename = "iss")]
     pub(crate) issuer: String,
+    /// The issuing process: a nonce its codec drew at start. An instance restarted under the
+    /// same id draws another, so it knows a token of its earlier life, whose single use it cannot
+    /// have recorded (the ledgers are in memory). `None` in a token of a version without it.
+    #[serde(rename = "bt", default, skip_serializing_if = "Option::is_none")]
+    pub(crate) boot: Option<String>,
     /// Digest of the principal.
     #[serde(rename = "sub")]
     pub(crate) principal: String,
@@ -93,12 +99,17 @@ pub(crate) struct TokenCodec {
     /// JWTs under the key set.
     jwt: Jwt,
     issuer: String,
+    /// This process's nonce, in every token it signs (`Claims::boot`).
+    boot: String,
     ttl: Duration,
     /// Wall time at construction, and tokio's clock at the same moment: `now()` is the first
     /// plus the tokio time since the second, so a paused test runtime moves token expiry and
     /// parked-call deadlines (tokio timers) together.
     anchor: (SystemTime, tokio::time::Instant),
 }
+
+/// Bytes of randomness in a process's boot nonce.
+const BOOT_BYTES: usize = 9;
 
 /// How far in the future a token's `iat` may be (clocks of replicas differ a little).
 pub(super) const CLOCK_SKEW: Duration = Duration::from_secs(60);
@@ -119,6 +130,7 @@ impl TokenCodec {
         Self {
             jwt: Jwt::new(keys),
             issuer,
+            boot: random_id(BOOT_BYTES),
             ttl,
             anchor: (SystemTime::now(), tokio::time::Instant::now()),
         }
@@ -145,6 +157,12 @@ impl TokenCodec {
         &self.issuer
     }
 
+    /// Whether `claims` were signed by this process: this instance, and since its start (not
+    /// by an earlier process under the same `state.instance_id`).
+    pub(crate) fn signed_since_start(&self, claims: &Claims) -> bool {
+        claims.issuer == self.issuer && claims.boot.as_deref() == Some(self.boot.as_str())
+    }
+
     /// Token lifetime.
     pub(crate) fn ttl(&self) -> Duration {
         self.ttl
@@ -163,6 +181,7 @@ impl TokenCodec {
         Claims {
             handle: handle.to_owned(),
             issuer: self.issuer.clone(),
+            boot: Some(self.boot.clone()),
             principal: principal.to_owned(),
             request: request.to_owned(),
             round: rnd,
@@ -375,6 +394,20 @@ mod tests {
             .sign(&stranger.claims("h1", "p", "r", 1, now))
             .unwrap();
         assert_eq!(a.verify(&tok, "p", "r", now), Err(TokenError::Invalid));
+    }
+
+    #[test]
+    fn a_restart_under_the_same_id_and_keys_knows_a_token_of_its_earlier_life() {
+        let (before, after, peer) = (codec(KEY), codec(KEY), codec_of("proxy-b", KEY));
+        let now = SystemTime::now();
+        let tok = before.sign(&before.claims("h1", "p", "r", 1, now)).unwrap();
+        let mut c = after.verify(&tok, "p", "r", now).unwrap();
+        // Still this instance's (routed here), but signed before the restart; not the peer's.
+        assert_eq!(c.issuer, "proxy-a");
+        let since = [&before, &after, &peer].map(|k| k.signed_since_start(&c));
+        assert_eq!(since, [true, false, false]);
+        c.boot = None; // a token of a version without it
+        assert!(!before.signed_since_start(&c));
     }
 
     #[test]

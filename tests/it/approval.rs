@@ -302,6 +302,53 @@ async fn when_the_asking_replica_is_gone_the_person_is_asked_again() {
     );
 }
 
+/// Issue 39 (5): an approved call's retry sent again to its instance restarted under the same
+/// `state.instance_id` and key (a StatefulSet pod) asks the person again; it does not run again.
+#[tokio::test]
+async fn an_approval_taken_before_a_restart_under_the_same_id_is_not_taken_again() {
+    let mock = deleting().await;
+    let toml = format!(
+        "{POLICY}\n[state]\ninstance_id = \"mcp-0\"\nsecret = \"a-fixed-key-of-this-pod-0123456789abcdef\"\n[server]\nshutdown_grace = \"100ms\"\n"
+    );
+    let args = json!({"repo": "acme/site"});
+    let mut before = TestProxy::start(&mock.url(), &toml).await;
+    let c = before.client(all_caps());
+    let (_, state) = first_round(&c, "delete_repo", args.clone()).await;
+    let done = retry(&c, "delete_repo", args.clone(), approve(), &state).await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "deleted",
+        "{:?}",
+        done.last
+    );
+    assert_eq!(mock.calls_of("delete_repo"), 1);
+    before.stopped().await;
+
+    let after = TestProxy::start(&mock.url(), &toml).await;
+    assert_eq!(after.app.instance_id(), "mcp-0", "the same instance");
+    let c = after.client(all_caps());
+    let again = retry(&c, "delete_repo", args.clone(), approve(), &state).await;
+    let r = again.result();
+    assert_eq!(r["resultType"], "input_required", "{:?}", again.last);
+    assert!(r["inputRequests"]["approval"].is_object());
+    assert_eq!(
+        mock.calls_of("delete_repo"),
+        1,
+        "the approval of the earlier process is never taken"
+    );
+    // The person asked again can approve: the new token is this process's.
+    let fresh = r["requestState"].as_str().unwrap().to_owned();
+    assert_ne!(fresh, state);
+    let done = retry(&c, "delete_repo", args, approve(), &fresh).await;
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "deleted",
+        "{:?}",
+        done.last
+    );
+    assert_eq!(mock.calls_of("delete_repo"), 2);
+}
+
 // Multi-threaded: the scripted upstream serves on the runtime while this thread blocks reading
 // the binary's stderr.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -413,3 +413,46 @@ async fn a_draining_owner_still_resumes_a_forwarded_retry_and_refuses_new_calls(
     assert_eq!(forwarded(&proxies[1], "ok").await, "1");
     proxies[0].stopped().await;
 }
+
+/// Issue 39 (5): a restart under the same `state.instance_id` and key (a StatefulSet pod). The
+/// calls parked before it died with the process: one that is not replay-safe is "call lost" and
+/// does not run again; a replay-safe one runs again once here, as on any replica whose ledger
+/// has not seen its token (a restarted process's is new), and not a second time.
+#[tokio::test]
+async fn after_a_restart_under_the_same_id_parked_calls_are_lost_or_replayed_once() {
+    let mock = Mock::start().await;
+    for tool in ["ask", "look"] {
+        mock.script(tool, vec![vec![ask(7, "Name?"), Step::Await(7), done()]]);
+    }
+    let toml = format!(
+        "[state]\ninstance_id = \"mcp-0\"\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n"
+    );
+    let mut before = TestProxy::start(&mock.url(), &toml).await;
+    let c = before.client(all_caps());
+    let (_, asked) = first_round(&c, "ask", json!({})).await;
+    let (_, looked) = first_round(&c, "look", json!({})).await;
+    before.stopped().await;
+
+    let after = TestProxy::start(&mock.url(), &toml).await;
+    let c = after.client(all_caps());
+    let answer = named("elicitation-1", "Ada");
+    let lost = retry(&c, "ask", json!({}), answer.clone(), &asked).await;
+    assert_eq!(lost.status, http::StatusCode::GONE, "{:?}", lost.last);
+    assert_eq!(error_of(&lost)["data"]["reason"], "call_lost");
+    assert_eq!(mock.calls_of("ask"), 1, "run only before the restart");
+    let replayed = retry(&c, "look", json!({}), answer.clone(), &looked).await;
+    assert_eq!(
+        replayed.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        replayed.last
+    );
+    assert_eq!(mock.calls_of("look"), 2, "run again once, from its token");
+    let again = retry(&c, "look", json!({}), answer, &looked).await;
+    assert_eq!(error_of(&again)["code"], -32602);
+    assert_eq!(
+        mock.calls_of("look"),
+        2,
+        "not a second time by this process"
+    );
+}

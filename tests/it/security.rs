@@ -344,3 +344,80 @@ async fn a_deeply_nested_body_is_refused_and_the_proxy_stays_healthy() {
     let ok = c.request("tools/list", json!({})).await.unwrap();
     assert_eq!(ok.status, http::StatusCode::OK, "{:?}", ok.last);
 }
+
+// Sends `GET target` on a fresh connection, byte for byte (no client normalises it); the status.
+async fn raw_get(proxy: &TestProxy, target: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(proxy.addr).await.unwrap();
+    let head = format!("GET {target} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    conn.write_all(head.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let read = conn.read_to_end(&mut got);
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("an answer within 10 s")
+        .unwrap();
+    let text = String::from_utf8_lossy(&got);
+    let status = text.split(' ').nth(1).unwrap_or_default();
+    status
+        .parse()
+        .unwrap_or_else(|_| panic!("{target}: {text}"))
+}
+
+/// Issue 39 (7): under `/.well-known/` only the discovery documents are relayed, at clean paths
+/// and without the query; a dot segment, a percent-encoded dot or slash, or another document is
+/// 404 and the upstream sees nothing.
+#[tokio::test]
+async fn well_known_relays_only_the_discovery_documents_at_clean_paths() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let well_known = |m: &Mock| {
+        m.targets()
+            .into_iter()
+            .filter(|t| !t.starts_with("/mcp"))
+            .collect::<Vec<_>>()
+    };
+    for target in [
+        "/.well-known/../mcp?x=1",
+        "/.well-known/..%2fmcp",
+        "/.well-known/%2e%2e/mcp",
+        "/.well-known/%2E%2E/mcp?x=1",
+        "/.well-known/oauth-protected-resource/../../mcp",
+        "/.well-known/oauth-protected-resource/%2e%2e/%2e%2e/mcp",
+        "/.well-known/oauth-protected-resource%2f..%2f..%2fmcp",
+        "/.well-known/oauth-authorization-server/./x",
+        "/.well-known/openid-configuration//x",
+        "/.well-known/foo",
+        "/.well-known/security.txt",
+    ] {
+        assert_eq!(raw_get(&proxy, target).await, 404, "{target}");
+    }
+    assert_eq!(well_known(&mock), Vec::<String>::new(), "nothing relayed");
+    // The documents a client probes still are: the path as it came, the query dropped.
+    for target in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-authorization-server/tenant-1",
+        "/.well-known/openid-configuration?x=1",
+        "/.well-known/openid-configuration/tenant-1",
+    ] {
+        raw_get(&proxy, target).await;
+    }
+    assert_eq!(
+        well_known(&mock),
+        [
+            "/.well-known/oauth-protected-resource/mcp",
+            "/.well-known/oauth-protected-resource",
+            "/.well-known/oauth-authorization-server",
+            "/.well-known/oauth-authorization-server/tenant-1",
+            "/.well-known/openid-configuration",
+            "/.well-known/openid-configuration/tenant-1",
+        ]
+    );
+    assert_eq!(
+        raw_get(&proxy, "/.well-known/oauth-protected-resource/mcp").await,
+        200,
+        "the upstream's document"
+    );
+}

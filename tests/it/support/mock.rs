@@ -61,6 +61,8 @@ struct State {
     // The request headers of each POSTed message (same order as `posted`).
     posted_headers: Mutex<Vec<(Value, http::HeaderMap)>>,
     paths: Mutex<Vec<String>>,
+    // The request target (path and query) of every request, as it came.
+    targets: Mutex<Vec<String>>,
     // Method, path and headers of every request (GET streams and DELETEs included).
     requests: Mutex<Vec<(Method, String, http::HeaderMap)>>,
     // (session, message) of every answer to a server request, for `Step::Await`.
@@ -179,6 +181,11 @@ impl Mock {
         self.state.paths.lock().unwrap().clone()
     }
 
+    /// The request target (path and query, as sent) of every request the mock got, in order.
+    pub fn targets(&self) -> Vec<String> {
+        self.state.targets.lock().unwrap().clone()
+    }
+
     pub fn posted(&self) -> Vec<Value> {
         self.state.posted.lock().unwrap().clone()
     }
@@ -294,6 +301,8 @@ impl Drop for Mock {
 
 async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     st.paths.lock().unwrap().push(req.uri().path().to_owned());
+    let target = req.uri().path_and_query().map_or("", |p| p.as_str());
+    st.targets.lock().unwrap().push(target.to_owned());
     st.requests.lock().unwrap().push((
         req.method().clone(),
         req.uri().path().to_owned(),
