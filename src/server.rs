@@ -45,6 +45,7 @@ const ADMIN_CONNECTIONS: usize = 64;
 const DRAIN_QUIET: Duration = Duration::from_millis(250);
 
 mod accept;
+mod background;
 mod conns;
 mod descriptors;
 
@@ -130,7 +131,7 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
 /// Serves `listeners` until `shutdown` resolves, then shuts down as the module doc says.
 pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) {
     let conns = Conns::new(app.config.server.max_connections);
-    let background = tokio::spawn(background(Arc::clone(&app)));
+    let background = tokio::spawn(background::run(Arc::clone(&app)));
     let reloads = tokio::spawn(crate::ops::shutdown::on_hangup({
         let app = Arc::clone(&app);
         move || reload_keys(&app)
@@ -446,66 +447,5 @@ fn reload_keys(app: &App) {
     match app.reload_keys() {
         Ok(kid) => tracing::info!(signing_kid = %kid, kids = ?app.key_ids(), "state keys reloaded"),
         Err(e) => tracing::error!(error = %e, "state keys not reloaded; the current keys stay"),
-    }
-}
-
-// The background work: readiness that follows the upstream, and the periodic sweeps — each on
-// its own clock, so the sweeps go on while the upstream is down.
-async fn background(app: Arc<App>) {
-    tokio::join!(sweep(Arc::clone(&app)), follow_upstream(app));
-}
-
-// Idle upstream sessions reaped; expired parked calls, tasks, spent tokens, sessions' records
-// and idle bridged children swept.
-async fn sweep(app: Arc<App>) {
-    let period = (app.config.pool.idle_timeout / 2)
-        .clamp(Duration::from_millis(100), Duration::from_secs(30));
-    let mut reap = tokio::time::interval(period);
-    loop {
-        reap.tick().await;
-        let closed = app.pool.reap_idle().await;
-        if closed > 0 {
-            tracing::debug!(closed, "closed idle upstream sessions");
-        }
-        app.calls.parked.sweep();
-        app.calls.tasks.sweep();
-        app.replays.sweep();
-        app.approvals.sweep();
-        app.legacy.sweep();
-        app.bridge.reap_idle().await;
-    }
-}
-
-// Readiness: an initialize until the upstream answers (backing off), then a check every
-// `upstream.health_interval`; a failed connection anywhere turns readiness off until the next
-// initialize answers.
-async fn follow_upstream(app: Arc<App>) {
-    let mut delay = Duration::from_millis(100);
-    let mut health = tokio::time::interval(app.config.upstream.health_interval);
-    let mut policy_checked = false;
-    loop {
-        if !app.pool.is_ready() {
-            if !app.pool.probe().await {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(5));
-                continue;
-            }
-            tracing::info!(upstream = %app.upstream_name(), transport = app.pool.transport_name(),
-                "upstream answered initialize; ready");
-            delay = Duration::from_millis(100);
-            if !policy_checked {
-                policy_checked = true;
-                let app = Arc::clone(&app);
-                tokio::spawn(async move { app.check_approval_policy().await });
-            }
-        }
-        health.tick().await;
-        if !app
-            .pool
-            .check_health(app.config.upstream.health_interval)
-            .await
-        {
-            tracing::warn!(upstream = %app.upstream_name(), "upstream unreachable; not ready");
-        }
     }
 }

@@ -123,9 +123,13 @@ impl Leg {
         let _ = self.tx.send(LegEvent::Done(outcome)).await;
     }
 
-    /// Sends a request-scoped notification.
-    pub(crate) async fn notify(&self, message: Vec<u8>) {
-        let _ = self.tx.send(LegEvent::Message(Bytes::from(message))).await;
+    /// Sends a request-scoped notification (progress, a log message) without waiting: `false`
+    /// when the client has not read the leg's buffer (it is dropped then) or left. Only the
+    /// final message waits for the client, so a client that stops reading never holds the call.
+    pub(crate) fn notify(&self, message: Vec<u8>) -> bool {
+        self.tx
+            .try_send(LegEvent::Message(Bytes::from(message)))
+            .is_ok()
     }
 
     /// Resolves when the client closed this exchange's response.

@@ -12,14 +12,18 @@ impl Call {
         match msg.method() {
             "notifications/progress" => {
                 if let Some(leg) = self.phase.leg() {
-                    relay_progress(leg, msg).await;
+                    if !relay_progress(leg, msg) {
+                        self.ctx.metrics.notification_dropped();
+                    }
                 } else if let Some(task) = &self.task {
                     task.guard.progress(progress_message(msg));
                 }
             }
             "notifications/message" => {
                 if let Some(leg) = self.phase.leg() {
-                    relay_log(leg, msg).await;
+                    if !relay_log(leg, msg) {
+                        self.ctx.metrics.notification_dropped();
+                    }
                 }
             }
             // The upstream's own task (a tool it runs only as one) says how it is going.
@@ -54,20 +58,19 @@ impl Call {
 }
 
 // Progress goes to the open exchange under *its* token: a retry may carry another token
-// than the one the upstream knows.
-async fn relay_progress(leg: &Leg, msg: &Message) {
+// than the one the upstream knows. `false` when it was dropped (the client is not reading).
+fn relay_progress(leg: &Leg, msg: &Message) -> bool {
     let Some(token) = &leg.progress_token else {
-        return;
+        return true;
     };
     let Ok(Value::Object(mut params)) = msg.params_value() else {
-        return;
+        return true;
     };
     params.insert("progressToken".into(), token.clone());
     leg.notify(jsonrpc::notification_bytes(
         msg.method(),
         &Value::Object(params),
     ))
-    .await;
 }
 
 // What a task's `statusMessage` says of an upstream progress notification: its message, or
@@ -85,21 +88,20 @@ fn progress_message(msg: &Message) -> Option<String> {
 }
 
 // Log messages go to the open exchange only when it asked for a level, at or above it.
-async fn relay_log(leg: &Leg, msg: &Message) {
+// `false` when it was dropped (the client is not reading).
+fn relay_log(leg: &Leg, msg: &Message) -> bool {
     let Some(threshold) = leg.log_level.as_deref() else {
-        return;
+        return true;
     };
     let Ok(params) = msg.params_value() else {
-        return;
+        return true;
     };
     let level = params
         .get("level")
         .and_then(Value::as_str)
         .unwrap_or("info");
-    if severity(level) >= severity(threshold) {
-        leg.notify(jsonrpc::notification_bytes(msg.method(), &params))
-            .await;
-    }
+    severity(level) < severity(threshold)
+        || leg.notify(jsonrpc::notification_bytes(msg.method(), &params))
 }
 
 /// Syslog severity order used by MCP logging levels.

@@ -66,6 +66,7 @@ pub(crate) struct Metrics {
     park_duration: Histogram,
     resume_latency: Histogram,
     expired: Counter,
+    notifications_dropped: Counter,
     token_rejections: Family<ReasonLabel, Counter>,
     capability_rejections: Family<CapabilityLabel, Counter>,
     upstream_errors: Family<KindLabel, Counter>,
@@ -130,6 +131,7 @@ impl Metrics {
             park_duration: Histogram::new(exponential_buckets(0.01, 4.0, 12)),
             resume_latency: latency_histogram(),
             expired: Counter::default(),
+            notifications_dropped: Counter::default(),
             token_rejections: Family::default(),
             capability_rejections: Family::default(),
             upstream_errors: Family::default(),
@@ -203,6 +205,11 @@ impl Metrics {
             "expired_calls",
             "Parked calls ended by their TTL",
             self.expired.clone(),
+        );
+        r.register(
+            "notifications_dropped",
+            "Progress and log notifications not relayed: the client's stream was not read",
+            self.notifications_dropped.clone(),
         );
         r.register(
             "token_rejections",
@@ -355,6 +362,11 @@ impl Metrics {
     /// A parked call reached its deadline.
     pub(crate) fn call_expired(&self) {
         self.expired.inc();
+    }
+
+    /// A progress or log notification was dropped: the client did not read its stream.
+    pub(crate) fn notification_dropped(&self) {
+        self.notifications_dropped.inc();
     }
 
     /// A retry was refused for `reason`.

@@ -635,3 +635,52 @@ async fn readiness_follows_the_upstream_down_and_back_up() {
         .unwrap();
     assert_eq!(ex.status, http::StatusCode::OK, "{:?}", ex.last);
 }
+
+// Progress the client does not read is dropped (and counted), never waited for: the call's
+// actor stays free, so shutdown still cancels the call upstream.
+#[tokio::test]
+async fn a_client_that_stops_reading_progress_does_not_hold_the_call() {
+    let mock = Mock::start().await;
+    let big = "x".repeat(16 * 1024);
+    let progress = |n: u64| {
+        Step::Send(json!({"jsonrpc":"2.0","method":"notifications/progress",
+            "params":{"progressToken":"up","progress":n,"message":big}}))
+    };
+    let mut script: Vec<Step> = (1..=1500).map(progress).collect();
+    script.push(Step::Hang);
+    mock.script("flood", vec![script]);
+    let mut proxy = TestProxy::start(&mock.url(), "[server]\nshutdown_grace = \"100ms\"\n").await;
+    let c = proxy.client(json!({}));
+    let params = c.params(json!({"name":"flood","arguments":{},"_meta":{"progressToken":"p"}}));
+    let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":params});
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<mrtr_proxy::body::Body>();
+    let req = http::Request::post(proxy.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "flood")
+        .body(mrtr_proxy::body::full(body.to_string()))
+        .unwrap();
+    // The response's head only: its body is never read.
+    let _unread = http.request(req).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !proxy
+        .get_text("/metrics")
+        .await
+        .lines()
+        .any(|l| l.starts_with("mrtr_notifications_dropped_total ") && !l.ends_with(" 0"))
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no progress was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxy.begin_shutdown();
+    mock.wait_for("notifications/cancelled", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+}
