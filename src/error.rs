@@ -191,6 +191,16 @@ pub(crate) enum ProxyError {
     Internal(String),
 }
 
+impl From<jsonrpc::EnvelopeError> for ProxyError {
+    /// Not JSON: -32700; JSON but not one JSON-RPC 2.0 message (a batch included): -32600.
+    fn from(e: jsonrpc::EnvelopeError) -> Self {
+        match e {
+            jsonrpc::EnvelopeError::Json(e) => Self::Parse(e.to_string()),
+            jsonrpc::EnvelopeError::Shape(s) => Self::InvalidRequest(s.to_owned()),
+        }
+    }
+}
+
 impl ProxyError {
     /// Who is at fault.
     pub(crate) fn side(&self) -> Side {

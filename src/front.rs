@@ -19,7 +19,7 @@ use crate::call::LegEvent;
 use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
-use crate::jsonrpc::{EnvelopeError, Kind, Message};
+use crate::jsonrpc::{Kind, Message};
 use crate::ops::metrics::{self, Era, Limit, RequestTimer};
 use crate::protocol::{MODERN_VERSION, SESSION_HEADER, TASKS_EXTENSION, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
@@ -321,10 +321,7 @@ fn classify(headers: &HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError
             "batches are not supported".into(),
         ));
     }
-    let msg = Message::parse(bytes).map_err(|e| match e {
-        EnvelopeError::Json(e) => ProxyError::Parse(e.to_string()),
-        EnvelopeError::Shape(s) => ProxyError::InvalidRequest(s.to_owned()),
-    })?;
+    let msg = Message::parse(bytes)?;
     if !modern_header && (msg.method() == "initialize" || !validate::looks_modern(headers, &msg)) {
         return Ok(Classified::Legacy);
     }

@@ -3,9 +3,9 @@
 //! message, a required `approve` boolean, the policy's extra fields) behind a requestState bound
 //! like any other (principal, tool, canonical arguments) and to the policy's version. Its retry
 //! is taken once, by the process that asked (a peer forwards it there; that instance gone, or
-//! restarted under the same id, the person is asked again): approved, the call starts as any other; declined, it ends as an error
-//! result the upstream never saw. Legacy clients are asked inline on their call's stream
-//! (`legacy`); the form itself is `form`.
+//! restarted under the same id, the person is asked again): approved, the call starts as any
+//! other; declined, it ends as an error result the upstream never saw. Legacy clients are asked
+//! inline on their call's stream (`legacy`); the form itself is `form`.
 
 use std::sync::Arc;
 

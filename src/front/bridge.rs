@@ -32,7 +32,7 @@ pub(super) async fn post(
 ) -> Response<Body> {
     let msg = match Message::parse(bytes) {
         Ok(m) => m,
-        Err(e) => return edge::fail(timer, &ProxyError::Parse(format!("{e:?}")), None),
+        Err(e) => return edge::fail(timer, &ProxyError::from(e), None),
     };
     if msg.method() == "initialize" {
         return open(app, &msg, who, timer).await;
@@ -220,7 +220,7 @@ pub(crate) async fn run_on(
         .bridge
         .get(session_id, principal)
         .ok_or(UpstreamError::SessionGone)?;
-    let msg = Message::parse(bytes).map_err(|e| ProxyError::Parse(format!("{e:?}")))?;
+    let msg = Message::parse(bytes)?;
     let client_id = msg
         .id
         .clone()

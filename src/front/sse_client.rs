@@ -8,24 +8,25 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Response, StatusCode};
+use http::{Response, StatusCode};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 use super::bridge::{answer_to, cancelled_upstream, with_client_id};
 use super::gate::{self, Legacy};
 use crate::app::App;
 use crate::auth::Principal;
-use crate::body::{self, Body};
+use crate::body::Body;
 use crate::bridge::{Backend, Bridged, Refused, SseClient};
 use crate::edge::{self, Settled, SseWriter};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
 use crate::ops::metrics::{Outcome, RequestTimer};
-use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER};
-use crate::upstream::{base_request, Credentials, MessageStream, UpstreamError};
+use crate::protocol::INTERNAL_ERROR;
+use crate::upstream::UpstreamError;
 
 mod ask;
+mod relayed;
 
 /// Messages the stream may fall behind by before a producer waits.
 const STREAM_BUFFER: usize = 64;
@@ -48,7 +49,7 @@ pub(super) fn open(app: &Arc<App>, who: &Principal, timer: RequestTimer) -> Resp
     drop(place);
     let (mut writer, resp) = SseWriter::open(app.config.server.keepalive);
     let endpoint = format!("{}?sessionId={id}", app.config.server.sse_messages_path);
-    let (app, principal) = (Arc::clone(app), who.digest.clone());
+    let (app, who) = (Arc::clone(app), who.clone());
     tokio::spawn(async move {
         if writer.send_event("endpoint", &endpoint).await.is_ok() {
             while let Ok(Some(message)) = writer.pump(rx.recv()).await {
@@ -57,38 +58,16 @@ pub(super) fn open(app: &Arc<App>, who: &Principal, timer: RequestTimer) -> Resp
                 }
             }
         }
-        end(&app, &id, &principal).await;
+        end(&app, &id, &who).await;
     });
     edge::settle(timer, Settled::with(Outcome::Relayed));
     resp
 }
 
 // The stream ended: so does what was behind it.
-async fn end(app: &App, id: &str, principal: &str) {
+async fn end(app: &App, id: &str, who: &Principal) {
     if let Some(client) = app.bridge.close_sse(id) {
-        release(app, client.close(), principal).await;
-    }
-}
-
-// Ends what a session had opened upstream.
-async fn release(app: &App, backend: Backend, principal: &str) {
-    match backend {
-        Backend::Own(own, _) => {
-            app.bridge.end(&own, principal).await;
-        }
-        Backend::Relayed(Some(session), version) => {
-            let req = upstream_request(
-                app,
-                Method::DELETE,
-                Some(&session),
-                Some(&version),
-                &Credentials::default(),
-            );
-            if let Ok(req) = req.body(body::empty()) {
-                let _ = app.pool.client().send(req).await;
-            }
-        }
-        Backend::Relayed(None, _) | Backend::None | Backend::Opening | Backend::Closed => {}
+        relayed::release(app, client.close(), who).await;
     }
 }
 
@@ -114,22 +93,29 @@ pub(super) async fn post(
     };
     let msg = match Message::parse(bytes) {
         Ok(m) => m,
-        Err(e) => return edge::fail(timer, &ProxyError::Parse(format!("{e:?}")), None),
+        Err(e) => return edge::fail(timer, &ProxyError::from(e), None),
     };
     let gated = match gate::legacy(app, who, bytes) {
         Ok(gated) => gated,
         Err(e) => return edge::fail(timer, &e, msg.id.as_deref()),
     };
+    // The answer to a question of the proxy's own is taken here: it needs no place in flight
+    // (the questions waiting hold theirs).
+    let gated = match gated {
+        Legacy::Answer(key, answer) => match client.answer(&key, answer) {
+            true => return accepted(timer),
+            false => Legacy::Pass,
+        },
+        other => other,
+    };
     let Ok(permit) = Arc::clone(&client.in_flight).try_acquire_owned() else {
         let e = ProxyError::Overloaded("too many messages in flight for this session".into());
         return edge::fail(timer, &e, None);
     };
-    let accepted = match gated {
-        Legacy::Pass => carry(app, (id, &client, permit), &msg, bytes, who).await,
-        Legacy::Answer(key, answer) => match client.answer(&key, answer) {
-            true => Ok(()),
-            false => carry(app, (id, &client, permit), &msg, bytes, who).await,
-        },
+    let taken = match gated {
+        Legacy::Pass | Legacy::Answer(..) => {
+            carry(app, (id, &client, permit), &msg, bytes, who).await
+        }
         Legacy::Ask(call) if client.elicits() => {
             let on = (Arc::clone(&client), permit);
             let asking = ask::Asking::of(call);
@@ -142,13 +128,16 @@ pub(super) async fn post(
             Ok(())
         }
     };
-    match accepted {
-        Ok(()) => {
-            edge::settle(timer, Settled::with(Outcome::Relayed));
-            edge::text(StatusCode::ACCEPTED, "Accepted\n")
-        }
+    match taken {
+        Ok(()) => accepted(timer),
         Err(e) => edge::fail(timer, &e, None),
     }
+}
+
+// 202: the message was taken; what it brings arrives on the stream.
+fn accepted(timer: RequestTimer) -> Response<Body> {
+    edge::settle(timer, Settled::with(Outcome::Relayed));
+    edge::text(StatusCode::ACCEPTED, "Accepted\n")
 }
 
 // A message the gate let through: to the session's backend (its one `initialize` opens it).
@@ -175,7 +164,7 @@ async fn carry(
         }
         (_, Backend::Own(_, session)) => own_message((client, permit), &session, msg, bytes).await,
         (_, Backend::Relayed(session, version)) => {
-            relay_message(app, (client, permit), (session, version), bytes, who);
+            relayed::message(app, (client, permit), (session, version), bytes, who);
             Ok(())
         }
     }
@@ -199,13 +188,13 @@ async fn ask_then_carry(
             own_message((&client, permit), &session, &msg, &bytes).await
         }
         (Ok(_), Backend::Relayed(session, version)) => {
-            relay_message(&app, (&client, permit), (session, version), &bytes, &who);
+            relayed::message(&app, (&client, permit), (session, version), &bytes, &who);
             Ok(())
         }
         (Ok(_), Backend::None | Backend::Opening | Backend::Closed) => {
             Err(UpstreamError::SessionGone.into())
         }
-        (Err(e), _) => Err(ProxyError::Parse(format!("{e:?}"))),
+        (Err(e), _) => Err(e.into()),
     };
     if let Err(e) = carried {
         let error = edge::failed_in_stream(&app.metrics, &e, id.as_deref());
@@ -225,7 +214,7 @@ async fn initialize(
     };
     client.set_elicits(declares_elicitation(msg));
     if app.pool.relays_legacy_clients_now().await {
-        return initialize_relayed(app, client, msg, who).await;
+        return relayed::initialize(app, client, msg, who).await;
     }
     let request = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
     let (own, answer) = app.pool.open_own(0, request, &who.credentials).await?;
@@ -242,7 +231,7 @@ async fn initialize(
         let (id, session) = app.bridge.register(&who.digest, own);
         if let Err(opened) = client.set_backend(Backend::Own(id, Arc::clone(&session))) {
             // The stream ended while the session opened: nobody will use it.
-            release(app, opened, &who.digest).await;
+            relayed::release(app, opened, who).await;
             return Ok(());
         }
         listen(app, (sse_id, &client), &session);
@@ -337,151 +326,4 @@ async fn own_message(
         session.unmap(&key);
     });
     Ok(())
-}
-
-// `initialize` relayed to a Streamable HTTP upstream: its session id and version kept, its
-// answer and then its GET stream onto the client's stream.
-async fn initialize_relayed(
-    app: &Arc<App>,
-    client: Arc<SseClient>,
-    msg: &Message,
-    who: &Principal,
-) -> Result<(), ProxyError> {
-    let asked = msg
-        .params_value()
-        .ok()
-        .and_then(|p| p["protocolVersion"].as_str().map(str::to_owned))
-        .unwrap_or_default();
-    let body = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
-    let req = upstream_request(app, Method::POST, None, None, &who.credentials)
-        .body(body::full(body))
-        .map_err(|e| ProxyError::Internal(e.to_string()))?;
-    let resp = app.pool.client().send(req).await?;
-    if !resp.status().is_success() {
-        return Err(UpstreamError::from_status(&resp).into());
-    }
-    let session = resp.headers().get(SESSION_HEADER).cloned();
-    let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
-    let mut version = asked;
-    let mut opened = false;
-    while let Some(Ok(message)) = stream.next().await {
-        let restored = msg
-            .id
-            .as_deref()
-            .and_then(|id| with_client_id(&message, id));
-        // The session is the client's before it reads the answer: its next POST may follow at
-        // once.
-        if matches!(restored, Some((_, false))) && !opened {
-            version = negotiated(&message).unwrap_or(version);
-            let backend = Backend::Relayed(session.clone(), version.clone());
-            if let Err(opened) = client.set_backend(backend) {
-                release(app, opened, &who.digest).await;
-                return Ok(());
-            }
-            opened = true;
-        }
-        let message = restored.map_or(message, |(m, _)| Bytes::from(m));
-        let _ = client.out.send(message).await;
-    }
-    if !opened {
-        client.reset();
-    } else if session.is_some() {
-        relay_get_stream(app, &client, session, version, who.credentials.clone());
-    }
-    Ok(())
-}
-
-// The version an `initialize` answer negotiated.
-fn negotiated(message: &[u8]) -> Option<String> {
-    let m = Message::parse(message).ok()?;
-    let result: serde_json::Value = serde_json::from_str(m.result?.get()).ok()?;
-    result["protocolVersion"].as_str().map(str::to_owned)
-}
-
-// The upstream's GET stream (what it says outside requests) onto the client's stream.
-fn relay_get_stream(
-    app: &Arc<App>,
-    client: &Arc<SseClient>,
-    session: Option<HeaderValue>,
-    version: String,
-    credentials: Credentials,
-) {
-    let (app, out) = (Arc::clone(app), client.out.clone());
-    tokio::spawn(async move {
-        let req = upstream_request(
-            &app,
-            Method::GET,
-            session.as_ref(),
-            Some(&version),
-            &credentials,
-        )
-        .body(body::empty());
-        let Ok(mut req) = req else { return };
-        req.headers_mut().insert(
-            header::ACCEPT,
-            HeaderValue::from_static("text/event-stream"),
-        );
-        let Ok(resp) = app.pool.client().send_untimed(req).await else {
-            return;
-        };
-        if !resp.status().is_success() {
-            return;
-        }
-        let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
-        loop {
-            tokio::select! {
-                next = stream.next() => match next {
-                    Some(Ok(message)) => if out.send(message).await.is_err() { return },
-                    _ => return,
-                },
-                () = out.closed() => return,
-            }
-        }
-    });
-}
-
-// One message to a relayed Streamable HTTP session; what it answers goes on the stream.
-fn relay_message(
-    app: &Arc<App>,
-    (client, permit): (&Arc<SseClient>, OwnedSemaphorePermit),
-    (session, version): (Option<HeaderValue>, String),
-    bytes: &Bytes,
-    who: &Principal,
-) {
-    let req = upstream_request(
-        app,
-        Method::POST,
-        session.as_ref(),
-        Some(&version),
-        &who.credentials,
-    )
-    .body(body::full(bytes.clone()));
-    let (app, out) = (Arc::clone(app), client.out.clone());
-    tokio::spawn(async move {
-        let _permit = permit;
-        let Ok(req) = req else { return };
-        let Ok(resp) = app.pool.client().send(req).await else {
-            return;
-        };
-        if !resp.status().is_success() {
-            return;
-        }
-        let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
-        while let Some(Ok(message)) = stream.next().await {
-            if out.send(message).await.is_err() {
-                return;
-            }
-        }
-    });
-}
-
-fn upstream_request(
-    app: &App,
-    method: Method,
-    session: Option<&HeaderValue>,
-    version: Option<&str>,
-    credentials: &Credentials,
-) -> http::request::Builder {
-    let version = version.filter(|v| !v.is_empty());
-    base_request(app.pool.client(), method, session, version, credentials)
 }

@@ -272,3 +272,41 @@ async fn racing_initializes_on_one_sse_session_open_one_upstream_session() {
         .count();
     assert_eq!(racers, 1, "one upstream session for one HTTP+SSE session");
 }
+
+#[tokio::test]
+async fn answers_to_the_proxys_questions_need_no_place_in_flight() {
+    let mock = repos().await;
+    let proxy = TestProxy::start(&mock.url(), POLICY).await;
+    let mut s = SseSession::open(&proxy, &[]).await;
+    s.initialize(json!({"elicitation": {}})).await;
+    // Every place in flight held by a question waiting for its answer.
+    let mut asked = Vec::new();
+    loop {
+        let id = format!("c{}", asked.len());
+        match s.post(&call(&id, "delete_repo")).await {
+            StatusCode::ACCEPTED => asked.push(s.next().await),
+            status => {
+                assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+                break;
+            }
+        }
+        assert!(asked.len() <= 64, "the places in flight are bounded");
+    }
+    assert_eq!(s.post(&answer(&asked[0], true)).await, StatusCode::ACCEPTED);
+    let done = s.next().await;
+    assert_eq!(done["id"], "c0", "{done}");
+    assert_eq!(mock.calls_of("delete_repo"), 1);
+}
+
+#[tokio::test]
+async fn a_relayed_request_the_upstream_never_answers_gets_its_error_on_the_stream() {
+    let mock = Mock::start().await;
+    mock.script("crash", vec![vec![Step::Die]]);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let mut s = SseSession::open(&proxy, &[]).await;
+    s.initialize(json!({})).await;
+    assert_eq!(s.post(&call("c1", "crash")).await, StatusCode::ACCEPTED);
+    let failed = s.next().await;
+    assert_eq!(failed["id"], "c1", "{failed}");
+    assert_eq!(failed["error"]["code"], -32603, "{failed}");
+}
