@@ -6,11 +6,17 @@ the call's SSE stream, roots/list on the session's GET stream. Binds 127.0.0.1:0
 request it answers (method, JSON-RPC kind and method or answered action, status, session id), so
 that tests can assert what reached the upstream and that the upstream acknowledged it. With
 `--sse` it serves the HTTP+SSE transport instead (GET `/sse`), and with `--stdio` it speaks on
-stdin/stdout.
+stdin/stdout. With `--call-log PATH` (or `MRTR_TEST_CALL_LOG=PATH`; a stdio child of the proxy
+gets a clean environment, so it needs the flag), it appends one JSON line to PATH for each
+tools/call it runs, before running it: the tool, its arguments, and, when an HTTP request carried
+the call (Streamable HTTP, or the POST of HTTP+SSE), that request's `Authorization` and
+`x-mcp-subject` headers (null when absent); so tests can read what the upstream ran, and with
+which credentials, on every transport.
 """
 
 import asyncio
 import json
+import os
 import sys
 
 from mcp.server.fastmcp import Context, FastMCP
@@ -20,7 +26,32 @@ from pydantic import BaseModel
 
 from serve import serve
 
-mcp = FastMCP("py-legacy-server", instructions="Python legacy test server")
+# Where each tools/call run is written (`--call-log`, or the environment); None: nowhere.
+CALL_LOG = os.environ.get("MRTR_TEST_CALL_LOG") or None
+
+
+class RecordingFastMCP(FastMCP):
+    """FastMCP, writing each tools/call it runs to CALL_LOG first (when set)."""
+
+    async def call_tool(self, name, arguments):
+        if CALL_LOG:
+            record_call(CALL_LOG, name, arguments, self.get_context().request_context.request)
+        return await super().call_tool(name, arguments)
+
+
+def record_call(path, name, arguments, request):
+    """Appends the call's line, in one write (several stdio children may share the file)."""
+    headers = request.headers if request is not None else {}
+    line = {"tool": name, "arguments": arguments, "pid": os.getpid(), "http": request is not None,
+            "authorization": headers.get("authorization"), "subject": headers.get("x-mcp-subject")}
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+mcp = RecordingFastMCP("py-legacy-server", instructions="Python legacy test server")
 
 
 class Name(BaseModel):
@@ -298,6 +329,8 @@ def describe(body):
 if __name__ == "__main__":
     args = sys.argv[1:]
     record = "--record" in args
+    if "--call-log" in args:
+        CALL_LOG = args[args.index("--call-log") + 1]
     if "--stdio" in args:
         # One process is one session, on stdin/stdout; nothing to bind.
         mcp.run(transport="stdio")
