@@ -13,8 +13,8 @@ use std::time::SystemTime;
 use base64::Engine;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey};
 use ring::aead::{LessSafeKey, UnboundKey, AES_256_GCM};
-use ring::hkdf;
 use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+use ring::{hkdf, hmac};
 use sha2::{Digest, Sha256};
 
 use crate::config::{KeySources, Secret, MIN_SECRET_BYTES};
@@ -53,6 +53,9 @@ pub(crate) struct SigningKey {
     /// The AES-256-GCM key derived from the same material, which encrypts what a token
     /// carries for replay (the answers given so far).
     pub(crate) seal: Arc<LessSafeKey>,
+    /// The HMAC-SHA256 key derived from the same material that makes a principal's digest a
+    /// label for the logs ([`KeySet::principal_label`]).
+    pub(crate) log_label: Arc<hmac::Key>,
 }
 
 /// A key that verifies, possibly only until some time (a retired active key, see
@@ -120,6 +123,16 @@ impl KeySet {
     /// The active key's id.
     pub fn signing_kid(&self) -> &str {
         &self.signing.kid
+    }
+
+    /// What the logs name a principal by: an HMAC-SHA256 of its `digest` under a key derived
+    /// from the active key, 16 hex digits. The digest of `principal = "header"` is an unsalted
+    /// hash of the raw header (a Basic password's among them), which a reader of the logs could
+    /// test guesses against; the label is not, without the key. Replicas sharing the key set
+    /// log the same label for the same principal; a new active key (SIGHUP) gives new labels.
+    pub(crate) fn principal_label(&self, digest: &str) -> String {
+        let tag = hmac::sign(&self.signing.log_label, digest.as_bytes());
+        hex::encode(&tag.as_ref()[..8])
     }
 
     /// Keeps the keys of `previous` that this set lacks as verification-only keys until
@@ -241,6 +254,7 @@ pub(crate) fn hs256(secret: &Secret) -> (SigningKey, VerifyingKey) {
             alg: Algorithm::HS256,
             key: EncodingKey::from_secret(secret.expose()),
             seal: Arc::clone(&seal),
+            log_label: log_label_key(secret.expose()),
         },
         VerifyingKey {
             kid,
@@ -275,6 +289,7 @@ fn asymmetric(der: &[u8]) -> Option<(SigningKey, VerifyingKey)> {
             alg,
             key: signing,
             seal: Arc::clone(&seal),
+            log_label: log_label_key(der),
         },
         VerifyingKey {
             kid,
@@ -295,11 +310,31 @@ fn asymmetric(der: &[u8]) -> Option<(SigningKey, VerifyingKey)> {
               neither step can fail, and this runs when keys load, not per request"
 )]
 fn seal_key(material: &[u8]) -> Arc<LessSafeKey> {
-    let prk = hkdf::Salt::new(hkdf::HKDF_SHA256, b"mrtr-proxy requestState").extract(material);
+    let prk = prk(material);
     let okm = prk
         .expand(&[b"aes-256-gcm replay v1"], &AES_256_GCM)
         .expect("32 bytes from HKDF-SHA256");
     Arc::new(LessSafeKey::new(UnboundKey::from(okm)))
+}
+
+/// The HMAC-SHA256 key of the log labels ([`KeySet::principal_label`]), derived like
+/// [`seal_key`] under another label: one reveals nothing of the other or of the signing key.
+#[expect(
+    clippy::expect_used,
+    reason = "HKDF-SHA256 expands 32 bytes into HMAC-SHA256's key size (its limit is 255 × 32): \
+              it cannot fail, and this runs when keys load, not per request"
+)]
+fn log_label_key(material: &[u8]) -> Arc<hmac::Key> {
+    let prk = prk(material);
+    let okm = prk
+        .expand(&[b"hmac-sha256 principal log label v1"], hmac::HMAC_SHA256)
+        .expect("32 bytes from HKDF-SHA256");
+    Arc::new(hmac::Key::from(okm))
+}
+
+// HKDF-SHA256's pseudorandom key of a key's secret material.
+fn prk(material: &[u8]) -> hkdf::Prk {
+    hkdf::Salt::new(hkdf::HKDF_SHA256, b"mrtr-proxy requestState").extract(material)
 }
 
 /// A key id: a digest of the key material (never the key), 16 hex digits.
@@ -386,6 +421,27 @@ mod tests {
             assert!(err.contains(want), "{text}: {err}");
             assert!(err.starts_with("state.secret_file (k)"), "{err}");
         }
+    }
+
+    #[test]
+    fn principal_labels_are_keyed_and_shared_by_replicas_of_a_key() {
+        let digest = crate::state::principal_digest(Some(b"Basic dXNlcjpodW50ZXIy"));
+        let key = p256();
+        let set = |text: &str| KeySet::new(parse_text("k".into(), text).unwrap(), Vec::new());
+        let a = set(&key).principal_label(&digest);
+        assert_eq!(a.len(), 16);
+        assert!(a.chars().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert!(!digest.contains(&a), "not a cut of the plain digest");
+        assert_eq!(
+            set(&key).principal_label(&digest),
+            a,
+            "same key, same label"
+        );
+        assert_ne!(set(&p256()).principal_label(&digest), a, "another key");
+        let hs = set("0123456789abcdef0123456789abcdef");
+        assert_ne!(hs.principal_label(&digest), hs.principal_label("other"));
+        let unkeyed = hex::encode(&Sha256::digest(digest.as_bytes())[..8]);
+        assert_ne!(hs.principal_label(&digest), unkeyed);
     }
 
     #[test]

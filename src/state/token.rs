@@ -147,6 +147,11 @@ impl TokenCodec {
         self.jwt.keys()
     }
 
+    /// What the logs name the principal of `digest` by (see [`KeySet::principal_label`]).
+    pub(crate) fn principal_label(&self, digest: &str) -> String {
+        self.jwt.keys().principal_label(digest)
+    }
+
     /// The time tokens are minted and checked against (see `anchor`).
     pub(crate) fn now(&self) -> SystemTime {
         self.anchor.0 + self.anchor.1.elapsed()

@@ -117,7 +117,8 @@ pub(super) fn verdict(rule: &ApprovalRule, answer: Option<&Value>) -> Result<Ver
 }
 
 /// One audit line per decision (argument values only with `approval.log_arguments`), and the
-/// metric.
+/// metric. The principal is named by its keyed label, never its digest (see
+/// `KeySet::principal_label`).
 pub(super) fn audit(
     app: &App,
     (principal, tool, arguments): (&str, &str, &Value),
@@ -130,8 +131,9 @@ pub(super) fn audit(
         .approval
         .log_arguments
         .then(|| jsonrpc::text(arguments));
+    let principal = app.tokens.principal_label(principal);
     tracing::info!(
-        principal,
+        principal = principal.as_str(),
         tool,
         policy = %rule.pattern,
         decision = d.as_str(),
@@ -145,6 +147,76 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use serde_json::json;
+    use std::sync::{Arc, Mutex};
+
+    /// What a subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    // The JSON log lines `f` writes.
+    fn logged(f: impl FnOnce()) -> Vec<Value> {
+        let out = Captured::default();
+        let writer = out.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    fn gated_app(secret: &str) -> Arc<App> {
+        let toml = format!(
+            "[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n[state]\nsecret = \"{secret}\"\n\
+             [approval.tools.delete_repo]\n"
+        );
+        App::new(Config::from_toml_str(&toml).unwrap()).unwrap()
+    }
+
+    // The `principal` of the audit line of a decision on `app` for the principal `digest`.
+    fn audited_principal(app: &App, digest: &str) -> String {
+        let rule = &app.config.approval.rules[0];
+        let args = json!({"repo": "acme/site"});
+        let lines = logged(|| audit(app, (digest, "delete_repo", &args), rule, Decision::Asked));
+        let [line] = lines.as_slice() else {
+            panic!("one audit line: {lines:?}")
+        };
+        assert_eq!(line["fields"]["message"], "approval gate", "{line}");
+        assert!(!line.to_string().contains(digest), "{line}");
+        line["fields"]["principal"].as_str().unwrap().to_owned()
+    }
+
+    #[tokio::test]
+    async fn the_audit_line_names_the_principal_by_a_keyed_label_replicas_share() {
+        const KEY: &str = "an-hs256-secret-of-at-least-32-bytes!!";
+        // `principal = "header"`: the digest of a Basic header, which a weak password makes
+        // guessable offline were it logged as it is.
+        let digest = crate::state::principal_digest(Some(b"Basic dXNlcjpodW50ZXIy"));
+        let label = audited_principal(&gated_app(KEY), &digest);
+        assert_eq!(label.len(), 16, "{label}");
+        assert!(!digest.contains(&label), "not a cut of the digest: {label}");
+        assert_eq!(
+            audited_principal(&gated_app(KEY), &digest),
+            label,
+            "another replica with the same keys logs the same label"
+        );
+        let other = gated_app("another-hs256-secret-of-32-bytes-or-more");
+        assert_ne!(audited_principal(&other, &digest), label, "another key set");
+    }
 
     fn rule(toml: &str) -> ApprovalRule {
         let c = Config::from_toml_str(&format!("[approval.tools.t]\n{toml}\n")).unwrap();
