@@ -106,7 +106,7 @@ impl Authenticator {
                     .map(ToString::to_string)
                     .unwrap_or_default();
                 Verifier::Introspection(Box::new(
-                    Introspector::new(i.clone(), secret, audience, fetcher)
+                    Introspector::new(i.clone(), secret, audience, fetcher, Arc::clone(&metrics))
                         .map_err(AuthSetupError)?,
                 ))
             }

@@ -1,7 +1,14 @@
 //! `principal = "introspection"`: an opaque bearer token checked at the authorization server's
-//! RFC 7662 endpoint. Active answers are cached under a digest of the token (never the token)
-//! until the token's `exp` or `cache_max_age`, whichever is first; at most `cache_max` of them.
+//! RFC 7662 endpoint. Answers are cached under a digest of the token (never the token): an
+//! active one until the token's `exp` or `cache_max_age`, whichever is first (at most
+//! `cache_max` of them); a refusal (inactive, expired, another resource, no subject) for
+//! `negative_cache_max_age` (at most `negative_cache_max`), so a client repeating a dead token
+//! costs the server one request per interval. What does go to the server is bounded by a token
+//! bucket (`max_rate` a second, `max_burst` at once): past it the token gets 503 + `Retry-After`
+//! without the server being asked, so a flood of made-up tokens cannot turn the proxy, with its
+//! client secret, into a flood on the server.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
@@ -14,6 +21,7 @@ use tokio::time::Instant;
 use super::fetch::Fetcher;
 use super::verified::{scopes_of, Rejection, Verified};
 use crate::config;
+use crate::ops::metrics::{IntrospectionSkip, Metrics};
 
 /// Checks opaque tokens at the introspection endpoint.
 #[derive(Debug)]
@@ -26,7 +34,13 @@ pub(crate) struct Introspector {
     /// The audiences a token may name (the resource).
     audiences: Vec<String>,
     fetcher: Fetcher,
-    cache: DashMap<[u8; 32], (Verified, Instant)>,
+    /// Active answers.
+    cache: DigestCache<Verified>,
+    /// Refusals, by why.
+    refused: DigestCache<&'static str>,
+    /// Requests the endpoint may still be sent.
+    bucket: TokenBucket,
+    metrics: Arc<Metrics>,
 }
 
 impl Introspector {
@@ -36,6 +50,7 @@ impl Introspector {
         secret: Option<String>,
         audience: String,
         fetcher: Fetcher,
+        metrics: Arc<Metrics>,
     ) -> Result<Self, String> {
         let basic = match (&cfg.client_id, secret) {
             (Some(id), Some(secret)) => {
@@ -51,22 +66,33 @@ impl Introspector {
         };
         let issuer = cfg.endpoint.to_string();
         Ok(Self {
+            cache: DigestCache::new(cfg.cache_max),
+            refused: DigestCache::new(cfg.negative_cache_max),
+            bucket: TokenBucket::new(cfg.max_rate, cfg.max_burst),
             cfg,
             basic,
             issuer,
             audiences: vec![audience],
             fetcher,
-            cache: DashMap::new(),
+            metrics,
         })
     }
 
     /// The issuer, subject and scopes of an active `token`.
     pub(crate) async fn verify(&self, token: &str) -> Result<Verified, Rejection> {
         let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        if let Some(hit) = self.cache.get(&key) {
-            if hit.1 > Instant::now() {
-                return Ok(hit.0.clone());
-            }
+        if let Some(verified) = self.cache.get(&key) {
+            return Ok(verified);
+        }
+        if let Some(why) = self.refused.get(&key) {
+            self.metrics.auth.skipped(IntrospectionSkip::NegativeCache);
+            return Err(Rejection::Invalid(why.into()));
+        }
+        if !self.bucket.take() {
+            self.metrics.auth.skipped(IntrospectionSkip::RateBound);
+            return Err(Rejection::Unavailable(
+                "too many tokens to introspect at once".into(),
+            ));
         }
         let form = format!("token={}&token_type_hint=access_token", form_encode(token));
         let answer = self
@@ -79,23 +105,31 @@ impl Introspector {
                 "the introspection answer is not an object".into(),
             ));
         };
-        let (verified, until) = self.judge(&answer)?;
-        self.remember(key, verified.clone(), until);
-        Ok(verified)
+        match self.judge(&answer) {
+            Ok((verified, until)) => {
+                self.cache.insert(key, verified.clone(), until);
+                Ok(verified)
+            }
+            Err(why) => {
+                let ttl = self.cfg.negative_cache_max_age;
+                if !ttl.is_zero() {
+                    self.refused.insert(key, why, Instant::now() + ttl);
+                }
+                Err(Rejection::Invalid(why.into()))
+            }
+        }
     }
 
-    // What an answer says: active, unexpired, for this resource, with a subject.
-    fn judge(&self, a: &Map<String, Value>) -> Result<(Verified, Instant), Rejection> {
+    // What an answer says: active, unexpired, for this resource, with a subject; or why not.
+    fn judge(&self, a: &Map<String, Value>) -> Result<(Verified, Instant), &'static str> {
         if a.get("active") != Some(&Value::Bool(true)) {
-            return Err(Rejection::Invalid("the token is not active".into()));
+            return Err("the token is not active");
         }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let left = match a.get("exp").and_then(Value::as_u64) {
-            Some(exp) if exp <= now.as_secs() => {
-                return Err(Rejection::Invalid("the token has expired".into()))
-            }
+            Some(exp) if exp <= now.as_secs() => return Err("the token has expired"),
             Some(exp) => Duration::from_secs(exp - now.as_secs()),
             None => self.cfg.cache_max_age,
         };
@@ -107,9 +141,7 @@ impl Introspector {
                 _ => Vec::new(),
             };
             if !named.iter().any(|n| self.audiences.iter().any(|a| a == n)) {
-                return Err(Rejection::Invalid(
-                    "the token is for another resource".into(),
-                ));
+                return Err("the token is for another resource");
             }
         }
         let Some(subject) = a
@@ -117,7 +149,7 @@ impl Introspector {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
         else {
-            return Err(Rejection::Invalid("the token names no subject".into()));
+            return Err("the token names no subject");
         };
         let issuer = a.get("iss").and_then(Value::as_str).unwrap_or(&self.issuer);
         let verified = Verified {
@@ -127,15 +159,77 @@ impl Introspector {
         };
         Ok((verified, Instant::now() + left.min(self.cfg.cache_max_age)))
     }
+}
 
-    fn remember(&self, key: [u8; 32], verified: Verified, until: Instant) {
-        if self.cache.len() >= self.cfg.cache_max {
-            let now = Instant::now();
-            self.cache.retain(|_, (_, t)| *t > now);
+/// Answers under a SHA-256 of their token, each until its own deadline; at most `max`. When
+/// full, expired entries are dropped; still full of live ones, a new answer is not kept (its
+/// token is simply asked again next time).
+#[derive(Debug)]
+struct DigestCache<V> {
+    map: DashMap<[u8; 32], (V, Instant)>,
+    max: usize,
+}
+
+impl<V: Clone> DigestCache<V> {
+    fn new(max: usize) -> Self {
+        Self {
+            map: DashMap::new(),
+            max,
         }
-        // Still full of live answers: this one is simply asked again next time.
-        if self.cache.len() < self.cfg.cache_max {
-            self.cache.insert(key, (verified, until));
+    }
+
+    // The live answer under `key`.
+    fn get(&self, key: &[u8; 32]) -> Option<V> {
+        let hit = self.map.get(key)?;
+        (hit.1 > Instant::now()).then(|| hit.0.clone())
+    }
+
+    fn insert(&self, key: [u8; 32], value: V, until: Instant) {
+        if self.map.len() >= self.max {
+            let now = Instant::now();
+            self.map.retain(|_, (_, t)| *t > now);
+        }
+        if self.map.len() < self.max {
+            self.map.insert(key, (value, until));
+        }
+    }
+}
+
+/// A token bucket: `burst` requests at once, refilled at `rate` a second.
+#[derive(Debug)]
+struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    /// Tokens left, as of when.
+    state: Mutex<(f64, Instant)>,
+}
+
+impl TokenBucket {
+    fn new(rate: usize, burst: usize) -> Self {
+        // Configured counts: far below where an f64 loses a unit.
+        let (rate, burst) = (rate as f64, burst as f64);
+        Self {
+            rate,
+            burst,
+            state: Mutex::new((burst, Instant::now())),
+        }
+    }
+
+    // Takes one token, or says there is none.
+    fn take(&self) -> bool {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        let (tokens, then) = *state;
+        let tokens = (tokens + now.duration_since(then).as_secs_f64() * self.rate).min(self.burst);
+        if tokens >= 1.0 {
+            *state = (tokens - 1.0, now);
+            true
+        } else {
+            *state = (tokens, now);
+            false
         }
     }
 }
@@ -162,5 +256,36 @@ mod tests {
     #[test]
     fn form_encoding_escapes_what_it_must() {
         assert_eq!(form_encode("a b+c/=é"), "a+b%2Bc%2F%3D%C3%A9");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bucket_gives_its_burst_then_its_rate() {
+        let b = TokenBucket::new(2, 3);
+        assert!((0..3).all(|_| b.take()), "the burst");
+        assert!(!b.take(), "empty");
+        tokio::time::advance(Duration::from_millis(499)).await;
+        assert!(!b.take(), "not yet half a second: no whole token");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(b.take(), "one token every 1/rate");
+        assert!(!b.take());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!((0..3).all(|_| b.take()), "refilled to the burst, no more");
+        assert!(!b.take());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn cached_answers_live_until_their_deadline_and_the_cache_is_bounded() {
+        let c = DigestCache::new(2);
+        let now = Instant::now();
+        c.insert([1; 32], "a", now + Duration::from_secs(1));
+        c.insert([2; 32], "b", now + Duration::from_secs(10));
+        c.insert([3; 32], "c", now + Duration::from_secs(10));
+        assert_eq!(c.get(&[1; 32]), Some("a"));
+        assert_eq!(c.get(&[3; 32]), None, "full of live answers: not kept");
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(c.get(&[1; 32]), None, "expired");
+        c.insert([3; 32], "c", now + Duration::from_secs(10));
+        assert_eq!(c.get(&[3; 32]), Some("c"), "the expired one made room");
+        assert_eq!(c.get(&[2; 32]), Some("b"));
     }
 }

@@ -18,7 +18,7 @@ use http::{HeaderName, Uri};
 use jsonwebtoken::Algorithm;
 use serde::Deserialize;
 
-use super::error::{invalid, ConfigError};
+use super::error::{invalid, positive, ConfigError};
 use super::tools::ToolTable;
 use super::units::{duration, nonzero_duration, size};
 
@@ -92,6 +92,14 @@ pub struct RawIntrospection {
     pub cache_max: Option<usize>,
     /// `cache_max_age`
     pub cache_max_age: Option<String>,
+    /// `negative_cache_max`
+    pub negative_cache_max: Option<usize>,
+    /// `negative_cache_max_age`
+    pub negative_cache_max_age: Option<String>,
+    /// `max_rate`
+    pub max_rate: Option<usize>,
+    /// `max_burst`
+    pub max_burst: Option<usize>,
 }
 
 /// Where the principal comes from.
@@ -173,6 +181,14 @@ pub struct Introspection {
     pub cache_max: usize,
     /// Longest an answer is cached (never past the token's `exp`).
     pub cache_max_age: Duration,
+    /// Most refusals (inactive, expired, another resource, no subject) cached.
+    pub negative_cache_max: usize,
+    /// How long a refusal is cached (zero: not cached).
+    pub negative_cache_max_age: Duration,
+    /// Introspection requests a second, sustained.
+    pub max_rate: usize,
+    /// Introspection requests at once, after a quiet spell (the bucket's size).
+    pub max_burst: usize,
 }
 
 /// Where a client secret is read from, at start.
@@ -372,6 +388,14 @@ impl Introspection {
                 raw.cache_max_age.as_deref(),
                 "5m",
             )?,
+            negative_cache_max: raw.negative_cache_max.unwrap_or(10_000),
+            negative_cache_max_age: duration(
+                "auth.introspection.negative_cache_max_age",
+                raw.negative_cache_max_age.as_deref(),
+                "30s",
+            )?,
+            max_rate: positive("auth.introspection.max_rate", raw.max_rate, 100)?,
+            max_burst: positive("auth.introspection.max_burst", raw.max_burst, 200)?,
         })
     }
 }
@@ -430,70 +454,4 @@ fn subject_header(raw: &str) -> Result<HeaderName, ConfigError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn auth(toml: &str) -> Result<Auth, ConfigError> {
-        let raw: RawAuth = toml::from_str(toml).unwrap();
-        Auth::from_raw(raw)
-    }
-
-    const JWT: &str = r#"
-        principal = "jwt"
-        resource = "https://mcp.example.com/mcp"
-        authorization_servers = ["https://auth.example.com"]
-        [jwt]
-        issuer = "https://auth.example.com"
-        jwks_uri = "https://auth.example.com/jwks"
-    "#;
-
-    #[test]
-    fn defaults_are_header_pass_through() {
-        let a = auth("").unwrap();
-        assert!(matches!(a.principal, PrincipalSource::Header));
-        assert!(!a.require && !a.verifies_tokens());
-    }
-
-    #[test]
-    fn jwt_audience_defaults_to_the_resource() {
-        let a = auth(JWT).unwrap();
-        let PrincipalSource::Jwt(j) = a.principal else {
-            panic!("jwt")
-        };
-        assert_eq!(j.audiences, ["https://mcp.example.com/mcp"]);
-        assert_eq!(j.algorithms, [Algorithm::RS256]);
-        assert_eq!(j.principal_claim, "sub");
-    }
-
-    #[test]
-    fn bad_combinations_name_the_key() {
-        let key = |r: Result<Auth, ConfigError>| match r {
-            Err(ConfigError::Invalid { key, .. }) => key,
-            other => panic!("{other:?}"),
-        };
-        assert_eq!(key(auth("require = true")), "auth.require");
-        assert_eq!(key(auth("principal = \"jwt\"")), "auth.jwt.issuer");
-        let no_resource = JWT.replace("resource = ", "# resource = ");
-        assert_eq!(key(auth(&no_resource)), "auth.resource");
-        assert_eq!(key(auth("principal = \"magic\"")), "auth.principal");
-        assert_eq!(
-            key(auth(&format!("{JWT}\nalgorithms = [\"HS256\"]"))),
-            "auth.jwt.algorithms"
-        );
-        assert_eq!(key(auth("[scopes]\nadmin = [\"a\"]")), "auth.scopes");
-        assert_eq!(
-            key(auth("forward_authorization = true")),
-            "auth.forward_authorization"
-        );
-        assert_eq!(
-            key(auth("subject_header = \"x-user\"")),
-            "auth.subject_header"
-        );
-        assert_eq!(
-            key(auth(&format!("subject_header = \"authorization\"\n{JWT}"))),
-            "auth.subject_header"
-        );
-        let both = JWT.replace("jwks_uri", "jwks_file = \"k.json\"\njwks_uri");
-        assert_eq!(key(auth(&both)), "auth.jwt");
-    }
-}
+mod tests;

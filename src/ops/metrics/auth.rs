@@ -1,17 +1,22 @@
-//! `[auth]`'s metrics: requests it refused, by why, and its requests to the authorization
-//! server, by endpoint and result (never by principal or token).
+//! `[auth]`'s metrics: requests it refused, by why, its requests to the authorization server,
+//! by endpoint and result, and the introspections it did not send, by why (never by principal
+//! or token).
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::labels::{AuthEndpoint, AuthFetchLabels, AuthRefusal, AuthRefusalLabel, FetchResult};
+use super::labels::{
+    AuthEndpoint, AuthFetchLabels, AuthRefusal, AuthRefusalLabel, FetchResult, IntrospectionSkip,
+    IntrospectionSkipLabel,
+};
 
-/// Refusals and fetches.
+/// Refusals, fetches and introspections not sent.
 #[derive(Debug, Default)]
 pub(crate) struct AuthMetrics {
     refusals: Family<AuthRefusalLabel, Counter>,
     fetches: Family<AuthFetchLabels, Counter>,
+    skipped: Family<IntrospectionSkipLabel, Counter>,
 }
 
 impl AuthMetrics {
@@ -25,6 +30,11 @@ impl AuthMetrics {
             "auth_fetches",
             "Requests to the authorization server (key set, introspection), by endpoint and result",
             self.fetches.clone(),
+        );
+        r.register(
+            "auth_introspections_skipped",
+            "Tokens not introspected: refused again from the negative cache, or past the rate bound",
+            self.skipped.clone(),
         );
     }
 
@@ -44,6 +54,13 @@ impl AuthMetrics {
         };
         self.fetches
             .get_or_create(&AuthFetchLabels { endpoint, result })
+            .inc();
+    }
+
+    /// A token was not introspected, for `reason`.
+    pub(crate) fn skipped(&self, reason: IntrospectionSkip) {
+        self.skipped
+            .get_or_create(&IntrospectionSkipLabel { reason })
             .inc();
     }
 }

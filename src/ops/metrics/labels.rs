@@ -264,6 +264,17 @@ label_values! {
 }
 
 label_values! {
+    /// Why a token was not introspected (no request to the authorization server).
+    IntrospectionSkip {
+        /// The server called the same token inactive (or unusable) within
+        /// `negative_cache_max_age`: 401 again, from the cache.
+        NegativeCache => "negative_cache",
+        /// Past `max_rate` / `max_burst`: 503 + `Retry-After`.
+        RateBound => "rate_bound",
+    }
+}
+
+label_values! {
     /// How a request to the authorization server went.
     FetchResult {
         /// A usable answer.
@@ -388,6 +399,11 @@ pub(super) struct AuthRefusalLabel {
 pub(super) struct AuthFetchLabels {
     pub(super) endpoint: AuthEndpoint,
     pub(super) result: FetchResult,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct IntrospectionSkipLabel {
+    pub(super) reason: IntrospectionSkip,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
