@@ -130,6 +130,8 @@ impl App {
     /// # Errors
     /// [`StartError`] when a configured key, key set or secret cannot be read or used.
     pub fn new(mut config: Config) -> Result<Arc<Self>, StartError> {
+        // The transport may have changed since the file was read (a command line's `--`).
+        config.share_sessions();
         let keys = signing_keys(&config)?;
         let pool = SessionPool::new(&config.upstream, config.pool.clone());
         let issuer = fix_instance_id(&mut config.state);
@@ -252,6 +254,12 @@ impl App {
         self.pool
             .open_sessions()
             .saturating_sub(self.pool.idle_count())
+    }
+
+    /// Upstream sessions `subscriptions/listen` streams pin right now (streams of one principal
+    /// and capabilities share one).
+    pub fn listen_sessions(&self) -> usize {
+        self.pool.pinned_sessions()
     }
 
     /// Requests waiting for an upstream session (the pool is full).

@@ -133,6 +133,11 @@ impl Config {
         let sized = Sized {
             max_parked: raw.state.max_parked.is_none(),
             max_sessions: raw.pool.max_sessions.is_none(),
+            max_listen_sessions_per_principal: raw.pool.max_listen_sessions_per_principal.is_none(),
+            max_legacy_sessions_per_principal: raw
+                .server
+                .max_legacy_sessions_per_principal
+                .is_none(),
         };
         let mut config = Self {
             server: Server::from_raw(raw.server)?,
@@ -160,6 +165,13 @@ impl Config {
         sizing::fit(self.bounds(), descriptors)
     }
 
+    /// Sets the per-principal bounds on upstream sessions the file left unset to a share of
+    /// the upstream's sessions as configured now (see `sizing`): after the transport changed
+    /// (a command given on the command line), the share follows. `App::new` calls it.
+    pub fn share_sessions(&mut self) {
+        sizing::shares(self.bounds());
+    }
+
     /// The most parked calls the bounds in force let through (`state.max_parked`, what
     /// `state.max_parked_memory` pays for, the upstream sessions: the least). A stdio upstream
     /// has as many sessions as `upstream.max_processes` children.
@@ -171,13 +183,28 @@ impl Config {
         }
     }
 
-    /// Bounds that do not add up, in words, for the start-up log (`room`: the parked calls the
-    /// open-file limit holds, as [`Self::fit_descriptors`] said).
+    /// Bounds that do not add up, in words, for the start-up log and `check-config` (`room`: the
+    /// parked calls the open-file limit holds, as [`Self::fit_descriptors`] said).
     pub fn sizing_warnings(&self, room: u64) -> Vec<String> {
-        sizing::warnings((&self.state.parked, &self.pool, self.sized), room)
+        let mut out = sizing::warnings((&self.state.parked, &self.pool, self.sized), room);
+        let legacy = self.server.max_legacy_sessions_per_principal;
+        out.extend(sizing::share_warnings(
+            (&self.pool, legacy, self.sized),
+            self.stdio_processes(),
+        ));
+        out
+    }
+
+    // A stdio upstream's bound on children (its sessions, in place of `pool.max_sessions`).
+    fn stdio_processes(&self) -> Option<usize> {
+        match &self.upstream.transport {
+            UpstreamTransport::Stdio(cmd) => Some(cmd.max_processes),
+            _ => None,
+        }
     }
 
     fn bounds(&mut self) -> sizing::Bounds<'_> {
+        let stdio_processes = self.stdio_processes();
         sizing::Bounds {
             parked: &mut self.state.parked,
             pool: &mut self.pool,
@@ -187,6 +214,8 @@ impl Config {
             } else {
                 0
             },
+            stdio_processes,
+            legacy_share: &mut self.server.max_legacy_sessions_per_principal,
             sized: self.sized,
         }
     }

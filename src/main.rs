@@ -38,9 +38,16 @@ async fn main() -> ExitCode {
     }
     if let Some(Command::CheckConfig { file }) = &cli.command {
         // The key files are read too: a key that cannot be used fails here, not at start-up.
+        // Bounds that do not add up are said, as at start-up, without failing the check.
         let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state.keys) {
-            Ok(_) => Ok("ok".to_owned()),
+            Ok(_) => Ok(c.sizing_warnings(u64::MAX)),
             Err(e) => Err(e.to_string()),
+        });
+        let verdict = verdict.map(|warnings| {
+            for w in warnings {
+                eprintln!("{}: warning: {w}", file.display());
+            }
+            "ok".to_owned()
         });
         eprintln!(
             "{}: {}",
@@ -101,6 +108,8 @@ async fn serve(mut config: Config) -> ExitCode {
             max_parked = config.state.parked.total,
             max_parked_memory = config.state.parked.bytes,
             pool_max_sessions = config.pool.max_sessions,
+            max_listen_sessions_per_principal = config.pool.max_listen_sessions_per_principal,
+            max_legacy_sessions_per_principal = config.server.max_legacy_sessions_per_principal,
             "bounds sized (a sized bound follows memory and open files; one the file sets is kept)"
         );
         for warning in config.sizing_warnings(room) {

@@ -430,6 +430,7 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
                 idle_sessions: app.idle_sessions(),
                 session_waiters: app.session_waiters(),
                 legacy_sessions: app.bridge.open(),
+                listen_sessions: app.listen_sessions(),
             };
             let mut r = Response::new(full(app.metrics.render(now)));
             r.headers_mut().insert(

@@ -17,6 +17,8 @@ pub struct RawPool {
     pub idle_timeout: Option<String>,
     /// `acquire_timeout`
     pub acquire_timeout: Option<String>,
+    /// `max_listen_sessions_per_principal`
+    pub max_listen_sessions_per_principal: Option<usize>,
 }
 
 /// `[pool]`, validated.
@@ -29,6 +31,9 @@ pub struct Pool {
     pub idle_timeout: Duration,
     /// How long a request waits for a session when the pool is full.
     pub acquire_timeout: Duration,
+    /// Sessions the `subscriptions/listen` streams of one principal pin at once (unset: a share
+    /// of the pool, see `sizing`).
+    pub max_listen_sessions_per_principal: usize,
 }
 
 impl Pool {
@@ -37,6 +42,12 @@ impl Pool {
             max_sessions: positive("pool.max_sessions", p.max_sessions, 512)?,
             idle_timeout: nonzero_duration("pool.idle_timeout", p.idle_timeout.as_deref(), "5m")?,
             acquire_timeout: duration("pool.acquire_timeout", p.acquire_timeout.as_deref(), "10s")?,
+            // Unset: a share of the pool, once its size is known (`sizing::shares`).
+            max_listen_sessions_per_principal: positive(
+                "pool.max_listen_sessions_per_principal",
+                p.max_listen_sessions_per_principal,
+                1,
+            )?,
         })
     }
 }

@@ -84,7 +84,7 @@ pub struct Server {
     /// A legacy client's own upstream session (in front of a stdio or HTTP+SSE upstream) ends
     /// after this long without a request or an open stream.
     pub legacy_session_idle: Duration,
-    /// Such sessions one principal may hold at once.
+    /// Such sessions one principal may hold at once (unset: a share of the pool, see `sizing`).
     pub max_legacy_sessions_per_principal: usize,
     /// Where a 2024-11-05 HTTP+SSE client opens its stream (`GET`).
     pub sse_path: String,
@@ -140,10 +140,11 @@ impl Server {
                 s.legacy_session_idle.as_deref(),
                 "10m",
             )?,
+            // Unset: a share of the pool, once its size is known (`sizing::shares`).
             max_legacy_sessions_per_principal: positive(
                 "server.max_legacy_sessions_per_principal",
                 s.max_legacy_sessions_per_principal,
-                16,
+                1,
             )?,
             allowed_origins: s.allowed_origins,
         };

@@ -4,6 +4,11 @@
 //! every client connection and every task. At start, once the open-file limit is raised, [`fit`] lowers a
 //! sized `max_parked` to what the descriptors can hold. A replica given memory (and files) so
 //! holds that many waiting calls without hand-tuning; a bound the file sets is kept as it is.
+//!
+//! The bounds on what one principal may hold of the upstream sessions follow the pool the same
+//! way: `pool.max_listen_sessions_per_principal` and `server.max_legacy_sessions_per_principal`,
+//! when not set, are [`principal_share`] of its sessions (`upstream.max_processes` for a stdio
+//! upstream), so that no one principal can hold every session and leave the others 503.
 
 use super::pool::Pool;
 use super::state::HeldBounds;
@@ -27,6 +32,20 @@ pub struct Sized {
     pub max_parked: bool,
     /// `pool.max_sessions`
     pub max_sessions: bool,
+    /// `pool.max_listen_sessions_per_principal`
+    pub max_listen_sessions_per_principal: bool,
+    /// `server.max_legacy_sessions_per_principal`
+    pub max_legacy_sessions_per_principal: bool,
+}
+
+/// The most [`principal_share`] gives, however large the pool.
+pub(super) const MAX_PRINCIPAL_SHARE: usize = 16;
+
+/// One principal's share of `sessions` upstream sessions, for the per-principal bounds the file
+/// does not set: a quarter, at least 1 and at most [`MAX_PRINCIPAL_SHARE`] (a stdio upstream's
+/// default 16 children: 4).
+pub(super) fn principal_share(sessions: usize) -> usize {
+    (sessions / 4).clamp(1, MAX_PRINCIPAL_SHARE)
 }
 
 /// The bounds sizing moves: the parked calls', the pool's, and what they follow from.
@@ -37,6 +56,10 @@ pub(super) struct Bounds<'a> {
     /// Tasks that may run at once (`tasks.max`; 0 with the extension off): each holds a session
     /// and its descriptors as a parked call does.
     pub(super) max_tasks: usize,
+    /// A stdio upstream's `max_processes`: its sessions, in place of `pool.max_sessions`.
+    pub(super) stdio_processes: Option<usize>,
+    /// `server.max_legacy_sessions_per_principal` (`pool` holds the listen streams' bound).
+    pub(super) legacy_share: &'a mut usize,
     pub(super) sized: Sized,
 }
 
@@ -121,6 +144,53 @@ fn sessions_follow(b: Bounds<'_>) {
             .saturating_add(b.max_connections)
             .saturating_add(b.max_tasks);
     }
+    shares(b);
+}
+
+/// Sets the per-principal bounds the file left unset to [`principal_share`] of the upstream's
+/// sessions as they are now (the pool sized, the transport final).
+pub(super) fn shares(b: Bounds<'_>) {
+    let share = principal_share(b.stdio_processes.unwrap_or(b.pool.max_sessions));
+    if b.sized.max_listen_sessions_per_principal {
+        b.pool.max_listen_sessions_per_principal = share;
+    }
+    if b.sized.max_legacy_sessions_per_principal {
+        *b.legacy_share = share;
+    }
+}
+
+/// Per-principal bounds the file sets that one principal's sessions could fill the upstream's
+/// with: the other principals would then get 503.
+pub(super) fn share_warnings(
+    (pool, legacy_share, sized): (&Pool, usize, Sized),
+    stdio_processes: Option<usize>,
+) -> Vec<String> {
+    let (sessions, key) = match stdio_processes {
+        Some(n) => (n, "upstream.max_processes"),
+        None => (pool.max_sessions, "pool.max_sessions"),
+    };
+    let set = [
+        (
+            "pool.max_listen_sessions_per_principal",
+            pool.max_listen_sessions_per_principal,
+            sized.max_listen_sessions_per_principal,
+        ),
+        (
+            "server.max_legacy_sessions_per_principal",
+            legacy_share,
+            sized.max_legacy_sessions_per_principal,
+        ),
+    ];
+    set.into_iter()
+        .filter(|(_, bound, sized)| !sized && *bound >= sessions)
+        .map(|(name, bound, _)| {
+            format!(
+                "{name} ({bound}) is not below {key} ({sessions}): one principal can hold every \
+                 upstream session and the others get 503 (fine only when all clients are one \
+                 principal)"
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -183,6 +253,46 @@ mod tests {
         let mut c = config("");
         fit(&mut c, 64);
         assert_eq!(c.state.parked.total, 1);
+    }
+
+    #[test]
+    fn unset_per_principal_session_bounds_are_a_share_of_the_upstreams_sessions() {
+        let shares = |c: &Config| {
+            (
+                c.pool.max_listen_sessions_per_principal,
+                c.server.max_legacy_sessions_per_principal,
+            )
+        };
+        // A stdio upstream: a quarter of its children, at least one.
+        let stdio = |n: usize| {
+            config(&format!(
+                "[upstream]\ncommand = [\"s\"]\nmax_processes = {n}\n"
+            ))
+        };
+        assert_eq!(shares(&stdio(16)), (4, 4));
+        assert_eq!(shares(&stdio(4)), (1, 1));
+        assert_eq!(shares(&stdio(1)), (1, 1));
+        // A network upstream: a quarter of pool.max_sessions, at most 16.
+        assert_eq!(shares(&config("")), (16, 16));
+        assert_eq!(shares(&config("[pool]\nmax_sessions = 20\n")), (5, 5));
+        // Set in the file: kept, and told when one principal could fill the pool with it.
+        let set = config(
+            "[upstream]\ncommand = [\"s\"]\nmax_processes = 4\n\
+             [pool]\nmax_listen_sessions_per_principal = 4\n\
+             [server]\nmax_legacy_sessions_per_principal = 2\n",
+        );
+        assert_eq!(shares(&set), (4, 2));
+        let said = set.sizing_warnings(u64::MAX);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].starts_with("pool.max_listen_sessions_per_principal (4) is not below upstream.max_processes (4)"), "{said:?}");
+        assert!(stdio(4).sizing_warnings(u64::MAX).is_empty());
+        // The transport given after the file was read (`mrtr-proxy -- COMMAND`): the share follows.
+        let mut c = config("");
+        c.upstream.transport = crate::config::UpstreamTransport::Stdio(
+            crate::config::StdioCommand::new(vec!["s".into()]).unwrap(),
+        );
+        c.share_sessions();
+        assert_eq!(shares(&c), (4, 4));
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::bridge::{Bridged, Refused};
 use crate::edge::{self, Settled, SseWriter};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, ErrorObject, Kind, Message};
-use crate::ops::metrics::{Outcome, RequestTimer};
+use crate::ops::metrics::{Limit, Outcome, RequestTimer};
 use crate::protocol::{INTERNAL_ERROR, SESSION_HEADER};
 use crate::upstream::UpstreamError;
 
@@ -130,6 +130,21 @@ fn gone(timer: RequestTimer) -> Response<Body> {
     )
 }
 
+/// What a legacy client gets when the bridge opens it no session: past the principal's bound,
+/// which bound (503).
+pub(super) fn refusal(app: &App, refused: &Refused) -> ProxyError {
+    match refused {
+        Refused::TooMany => {
+            app.metrics.limit_hit(Limit::PrincipalSessions);
+            let n = app.config.server.max_legacy_sessions_per_principal;
+            ProxyError::Overloaded(format!(
+                "this principal holds as many legacy sessions as it may \
+                 (server.max_legacy_sessions_per_principal = {n}); end one or retry later"
+            ))
+        }
+    }
+}
+
 // `initialize`: a session of the client's own upstream, with its own `initialize`.
 async fn open(
     app: &Arc<App>,
@@ -144,10 +159,7 @@ async fn open(
     // Held until the session is registered (or not opened).
     let _place = match app.bridge.admits(&who.digest) {
         Ok(place) => place,
-        Err(Refused::TooMany) => {
-            let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
-            return edge::fail(timer, &e, Some(client_id));
-        }
+        Err(refused) => return edge::fail(timer, &refusal(app, &refused), Some(client_id)),
     };
     let request = jsonrpc::request_bytes(0, "initialize", msg.params.as_deref());
     let (own, answer) = match app.pool.open_own(0, request, &who.credentials).await {

@@ -1,8 +1,10 @@
-//! `subscriptions/listen`: a POST whose SSE response stays open. It leases an upstream session,
-//! subscribes upstream to the requested resources, acknowledges, returns the session to the pool
-//! pinned (calls borrow it first; it is not reaped), then relays list-changed and resource-updated
-//! notifications, tagged with the listen id. If that session dies, the stream ends and the client
-//! re-listens.
+//! `subscriptions/listen`: a POST whose SSE response stays open. It takes an upstream session
+//! pinned for listen streams (`SessionPool::listen`: streams of one principal and capabilities
+//! share one, and a principal's streams pin at most `pool.max_listen_sessions_per_principal`;
+//! past it a stream of other capabilities gets 503), subscribes upstream to the requested
+//! resources, acknowledges, leaves the session in the pool pinned (calls borrow it first; it is
+//! not reaped), then relays list-changed and resource-updated notifications, tagged with the
+//! listen id. If that session dies, the stream ends and the client re-listens.
 //!
 //! With the tasks extension, `notifications.taskIds` follows tasks this instance owns: each change
 //! of one is pushed whole (`notifications/tasks`, the task as `tasks/get` gives it).
@@ -30,9 +32,10 @@ use crate::body::Body;
 use crate::edge::SseWriter;
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, Message};
+use crate::ops::metrics::Limit;
 use crate::protocol::META_SUBSCRIPTION_ID;
 use crate::tasks::Tasks;
-use crate::upstream::{Change, Credentials, ListenerPin, Session};
+use crate::upstream::{Change, Credentials, ListenRefused, Pin, Session};
 
 /// What a listen stream carries: the lists whose changes it relays and the resources it follows.
 #[derive(Debug, Default)]
@@ -56,7 +59,7 @@ struct Feed {
     tasks: Arc<Tasks>,
     session: Arc<Session>,
     shutdown: watch::Receiver<bool>,
-    _pin: ListenerPin,
+    _pin: Pin,
 }
 
 /// Starts a listen stream.
@@ -75,12 +78,17 @@ pub(super) async fn serve(
             "subscriptions/listen needs a notifications object".into(),
         ));
     };
-    let lease = app
+    let listening = app
         .pool
-        .lease(&principal, &req.capabilities, &credentials)
-        .await?;
-    let session = Arc::clone(lease.session());
-    let mut filter = Filter::negotiate(asked, &session, app.config.upstream.timeout).await;
+        .listen(&principal, &req.capabilities, &credentials, |s| {
+            subscribes(asked, s)
+        })
+        .await
+        .map_err(|refused| refusal(app, refused))?;
+    let session = Arc::clone(listening.session());
+    let may_subscribe = listening.is_exclusive();
+    let timeout = app.config.upstream.timeout;
+    let mut filter = Filter::negotiate(asked, &session, may_subscribe, timeout).await;
     if declares_tasks(&req.capabilities) {
         filter.task_ids = follow_tasks(asked, &app.calls.tasks, &principal);
     }
@@ -91,7 +99,7 @@ pub(super) async fn serve(
     );
     // The session goes back to the pool, pinned: calls of the same principal and capabilities
     // borrow it first (a legacy server sends per-session updates to the session a tool ran on),
-    // and it is neither reaped nor evicted while this stream is open.
+    // and it is neither reaped nor evicted while a stream on it is open.
     let feed = Feed {
         principal,
         sub_id,
@@ -99,14 +107,44 @@ pub(super) async fn serve(
         events: app.pool.subscribe_changes(),
         task_changes: app.calls.tasks.changes(),
         tasks: Arc::clone(&app.calls.tasks),
-        _pin: session.pin_listener(),
+        _pin: listening.into_pin(),
         session,
         shutdown: app.draining.subscribe(),
     };
-    drop(lease);
     let (writer, resp) = SseWriter::open(app.config.server.keepalive);
     tokio::spawn(relay(writer, ack, feed).instrument(tracing::Span::current()));
     Ok(resp)
+}
+
+// The error a listen stream the pool refused gets: past the principal's bound, which bound.
+fn refusal(app: &App, refused: ListenRefused) -> ProxyError {
+    match refused {
+        ListenRefused::Bound(n) => {
+            app.metrics.limit_hit(Limit::PrincipalSessions);
+            ProxyError::Overloaded(format!(
+                "this principal's listen streams pin as many upstream sessions as they may \
+                 (pool.max_listen_sessions_per_principal = {n}), none with these \
+                 capabilities; end a stream or retry later"
+            ))
+        }
+        ListenRefused::Upstream(e) => ProxyError::Upstream(e),
+    }
+}
+
+// Whether a stream that asked `asked` subscribes to resources on `session` (so needs it to
+// itself while it does): it asks for some and the upstream accepts `resources/subscribe`.
+fn subscribes(asked: &Value, session: &Session) -> bool {
+    let asks = asked
+        .get("resourceSubscriptions")
+        .and_then(Value::as_array)
+        .is_some_and(|uris| uris.iter().any(Value::is_string));
+    asks && can_subscribe(session)
+}
+
+fn can_subscribe(session: &Session) -> bool {
+    session.init_result()["capabilities"]["resources"]["subscribe"]
+        .as_bool()
+        .unwrap_or(false)
 }
 
 async fn relay(mut writer: SseWriter, ack: Vec<u8>, mut feed: Feed) {
@@ -194,22 +232,19 @@ impl Filter {
     /// every list the upstream has, whether or not it advertises `listChanged`: legacy servers
     /// often notify without advertising it (Python FastMCP 1.x does), and relaying what comes
     /// costs nothing; a list the upstream does not have can never change. Resources are
-    /// followed when the upstream accepts `resources/subscribe` on this session.
-    async fn negotiate(asked: &Value, session: &Arc<Session>, timeout: Duration) -> Self {
-        let caps = session
-            .init_result()
-            .get("capabilities")
-            .cloned()
-            .unwrap_or(Value::Null);
+    /// followed when the upstream accepts `resources/subscribe` on this session, and the stream
+    /// has it to itself (`exclusive`; it has whenever it subscribes, see [`subscribes`]).
+    async fn negotiate(
+        asked: &Value,
+        session: &Arc<Session>,
+        exclusive: bool,
+        timeout: Duration,
+    ) -> Self {
+        let caps = &session.init_result()["capabilities"];
         let wants = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
         let has_list = |k: &str| caps.get(k).is_some_and(Value::is_object);
-        let can_subscribe = caps
-            .get("resources")
-            .and_then(|r| r.get("subscribe"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
         let mut uris = HashSet::new();
-        if can_subscribe {
+        if exclusive && can_subscribe(session) {
             let asked_uris = asked.get("resourceSubscriptions").and_then(Value::as_array);
             for uri in asked_uris.into_iter().flatten().filter_map(Value::as_str) {
                 if subscribe(session, uri, timeout).await {

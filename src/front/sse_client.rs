@@ -11,12 +11,12 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
-use super::bridge::{answer_to, cancelled_upstream, with_client_id};
+use super::bridge::{answer_to, cancelled_upstream, refusal, with_client_id};
 use super::gate::{self, Legacy};
 use crate::app::App;
 use crate::auth::Principal;
 use crate::body::Body;
-use crate::bridge::{Backend, Bridged, Refused, SseClient};
+use crate::bridge::{Backend, Bridged, SseClient};
 use crate::edge::{self, Settled, SseWriter};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
@@ -39,10 +39,7 @@ pub(super) fn open(app: &Arc<App>, who: &Principal, timer: RequestTimer) -> Resp
     }
     let place = match app.bridge.admits(&who.digest) {
         Ok(place) => place,
-        Err(Refused::TooMany) => {
-            let e = ProxyError::Overloaded("too many legacy sessions for this principal".into());
-            return edge::fail(timer, &e, None);
-        }
+        Err(refused) => return edge::fail(timer, &refusal(app, &refused), None),
     };
     let (out, mut rx) = mpsc::channel(STREAM_BUFFER);
     let id = app.bridge.open_sse(&who.digest, out);

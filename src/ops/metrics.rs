@@ -50,6 +50,8 @@ pub(crate) struct Snapshot {
     pub(crate) idle_sessions: usize,
     /// Requests waiting for a session now.
     pub(crate) session_waiters: usize,
+    /// Upstream sessions `subscriptions/listen` streams pin now.
+    pub(crate) listen_sessions: usize,
     /// Legacy clients' sessions the proxy serves itself now (see `bridge`).
     pub(crate) legacy_sessions: usize,
 }
@@ -96,6 +98,7 @@ pub(crate) struct Metrics {
     idle_sessions: Gauge,
     legacy_sessions: Gauge,
     session_waiters: Gauge,
+    listen_sessions: Gauge,
 }
 
 // 0.5 ms … ~65 s: a hop, a round, a slow tool.
@@ -155,6 +158,7 @@ impl Metrics {
             idle_sessions: Gauge::default(),
             legacy_sessions: Gauge::default(),
             session_waiters: Gauge::default(),
+            listen_sessions: Gauge::default(),
         };
         m.register();
         m
@@ -298,6 +302,11 @@ impl Metrics {
             "Requests waiting for an upstream session now (pool full)",
             self.session_waiters.clone(),
         );
+        r.register(
+            "listen_sessions",
+            "Upstream sessions listen streams pin now",
+            self.listen_sessions.clone(),
+        );
     }
 
     /// A bound refused a request or shed a connection.
@@ -417,6 +426,7 @@ impl Metrics {
         set(&self.idle_sessions, now.idle_sessions);
         set(&self.session_waiters, now.session_waiters);
         set(&self.legacy_sessions, now.legacy_sessions);
+        set(&self.listen_sessions, now.listen_sessions);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);

@@ -2,7 +2,8 @@
 //!
 //! Every request leases a session exclusively for its lifetime, so a server request arriving on
 //! the session's GET stream belongs to exactly one call. A healthy lease goes back to the idle list
-//! when dropped; a poisoned or dead one is closed. Idle sessions are reaped after `idle_timeout`.
+//! when dropped; a poisoned or dead one is closed. Idle sessions are reaped after `idle_timeout`,
+//! but for those listen streams pin (`listen`: a share per principal, see `upstream::pins`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,8 +19,11 @@ use super::changes::{Change, ChangeFeed, Changes};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
+use super::pins::Pins;
 use super::session::{legacy_capabilities_text, Session, SessionParams};
 use crate::config::{self, UpstreamTransport};
+
+pub(crate) mod listen;
 
 /// Sessions are shared only between requests with the same key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -54,6 +58,8 @@ pub(crate) struct SessionPool {
     waiters: AtomicUsize,
     /// Sessions being closed after their lease ended (shutdown waits for their DELETE).
     closing: TaskTracker,
+    /// The sessions listen streams pin, per principal (`pool.max_listen_sessions_per_principal`).
+    pins: Arc<Pins>,
 }
 
 enum Acquired {
@@ -105,6 +111,7 @@ impl SessionPool {
             _ => cfg.max_sessions,
         };
         let permits = Arc::new(Semaphore::new(max_sessions));
+        let pins = Pins::new(cfg.max_listen_sessions_per_principal);
         Arc::new(Self {
             client,
             connector: Connector::new(upstream.transport.clone()),
@@ -119,6 +126,7 @@ impl SessionPool {
             returned: Notify::new(),
             waiters: AtomicUsize::new(0),
             closing: TaskTracker::new(),
+            pins,
         })
     }
 

@@ -386,6 +386,124 @@ async fn a_listen_session_is_lent_to_calls_kept_while_open_and_its_death_ends_th
 }
 
 #[tokio::test]
+async fn listen_streams_of_one_principal_and_capabilities_share_one_session() {
+    // The second stream comes while a parked call holds the first one's session (lent to the
+    // call first): it shares that session rather than pin one more, kept as long as it is open.
+    let mock = Mock::start().await;
+    mock.script("ask", ask_once());
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let filter = json!({"toolsListChanged": true});
+    let acknowledged = "notifications/subscriptions/acknowledged";
+    let mut first = Listener::declaring(&proxy, "1", filter.clone(), None, all_caps()).await;
+    assert_eq!(first.next().await["method"], acknowledged);
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let sessions = mock.initialized().len();
+    let mut second = Listener::declaring(&proxy, "2", filter, None, all_caps()).await;
+    assert_eq!(second.next().await["method"], acknowledged);
+    assert_eq!(
+        mock.initialized().len(),
+        sessions,
+        "no session of its own for the second stream"
+    );
+    let done = answer_first(&c, "ask", &state).await;
+    assert_eq!(done.result()["resultType"], "complete");
+    // Past the idle timeout, only the sessions listen streams pin are kept: one.
+    tokio::time::pause();
+    tokio::time::advance(Duration::from_secs(6 * 60)).await;
+    tokio::time::resume();
+    proxy.app.reap_idle_sessions().await;
+    assert_eq!(proxy.app.idle_sessions(), 1);
+    mock.broadcast_on_get(json!({"jsonrpc":"2.0","method":"notifications/tools/list_changed"}))
+        .await;
+    for (l, id) in [(&mut first, "1"), (&mut second, "2")] {
+        let ev = l.next().await;
+        assert_eq!(ev["method"], "notifications/tools/list_changed");
+        assert_eq!(
+            ev["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"],
+            id
+        );
+    }
+}
+
+#[tokio::test]
+async fn listen_streams_opened_at_once_share_the_session_the_first_opens() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    // Ready: the readiness probe's handshake is behind us.
+    proxy
+        .client(json!({}))
+        .request("tools/list", json!({}))
+        .await
+        .unwrap();
+    let sessions = mock.initialized().len();
+    let filter = json!({"toolsListChanged": true});
+    let open = |id: &'static str| Listener::declaring(&proxy, id, filter.clone(), None, all_caps());
+    let (mut a, mut b, mut c) = tokio::join!(open("a"), open("b"), open("c"));
+    for l in [&mut a, &mut b, &mut c] {
+        let ack = l.next().await;
+        assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+    }
+    assert_eq!(
+        mock.initialized().len(),
+        sessions + 1,
+        "one session for the three"
+    );
+    assert_eq!(proxy.app.listen_sessions(), 1);
+    // It is unpinned when the last of them ends.
+    drop((a, b, c));
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while proxy.app.listen_sessions() > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the session is unpinned when its last stream ends");
+}
+
+#[tokio::test]
+async fn at_its_bound_a_stream_that_subscribes_waits_for_the_call_on_its_session() {
+    // One listen session per principal. The second stream subscribes to a resource, which it
+    // must do alone on the session (a stdio or HTTP+SSE upstream gives its requests to the
+    // oldest request open); a parked call holds it. It waits for the call to end, then
+    // subscribes on that same session.
+    let mock = Mock::start().await;
+    mock.script("ask", ask_once());
+    let config = "[pool]\nmax_listen_sessions_per_principal = 1\n";
+    let proxy = TestProxy::start(&mock.url(), config).await;
+    let follow = |uri: &str| json!({"resourceSubscriptions": [uri]});
+    let mut first = Listener::declaring(&proxy, "1", follow("file:///a"), None, all_caps()).await;
+    assert_eq!(
+        first.next().await["params"]["notifications"],
+        follow("file:///a")
+    );
+    let c = proxy.client(all_caps());
+    let (_, state) = first_round(&c, "ask", json!({})).await;
+    let sessions = mock.initialized().len();
+    let second = Listener::declaring(&proxy, "2", follow("file:///b"), None, all_caps());
+    let answer = async {
+        // Time for the stream to be waiting (were it not, it would subscribe at once).
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        answer_first(&c, "ask", &state).await
+    };
+    let (mut second, done) = tokio::join!(second, answer);
+    assert_eq!(done.result()["resultType"], "complete");
+    assert_eq!(
+        second.next().await["params"]["notifications"],
+        follow("file:///b")
+    );
+    assert_eq!(mock.initialized().len(), sessions, "the same session");
+    let posted = mock.posted_with_headers();
+    let at =
+        |pred: &dyn Fn(&Value) -> bool| posted.iter().position(|(m, _)| pred(m)).expect("posted");
+    let answered = at(&|m| m["id"] == 1 && m.get("result").is_some());
+    let subscribed = at(&|m| m["params"]["uri"] == "file:///b");
+    assert!(answered < subscribed, "it subscribed beside the call");
+    let session_of = |i: usize| posted[i].1.get("mcp-session-id").cloned();
+    assert_eq!(session_of(answered), session_of(subscribed));
+}
+
+#[tokio::test]
 async fn a_request_waiting_for_a_full_pool_evicts_a_session_that_goes_idle() {
     // One session in all. A parks on it; B (other capabilities, so another key) must wait. When
     // A finishes, its session goes back idle: B evicts it and gets a fresh one instead of timing

@@ -12,7 +12,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 
-use crate::support::{all_caps, error_of, first_key, first_round, retry, TestProxy};
+use crate::support::{all_caps, error_of, first_key, first_round, retry, Listener, TestProxy};
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -171,6 +171,70 @@ async fn with_every_child_busy_a_call_gets_503_and_retry_after() {
         .unwrap();
     assert_eq!(busy.status, http::StatusCode::SERVICE_UNAVAILABLE);
     assert!(busy.headers.contains_key(http::header::RETRY_AFTER));
+}
+
+#[tokio::test]
+async fn one_principals_listen_streams_cannot_take_every_child_from_another() {
+    // Four children. Each listen stream of other capabilities would pin a child of its own, never
+    // reaped nor evicted: alice's four would hold them all, and bob's call would get 503. Her
+    // share (unset: a quarter of the children, one) is all her streams may pin.
+    let rec = Recorder::new();
+    let p = proxy(
+        &rec,
+        "max_processes = 4\n[pool]\nacquire_timeout = \"1s\"\n",
+    )
+    .await;
+    let filter = json!({"toolsListChanged": true});
+    let (mut held, mut refused) = (Vec::new(), Vec::new());
+    for i in 0..4 {
+        let caps = json!({"experimental": {"n": i}});
+        let id = format!("l{i}");
+        let alice = Some("Bearer alice");
+        match Listener::try_declaring(&p, &id, filter.clone(), alice, caps).await {
+            Ok(mut l) => {
+                let ack = l.next().await;
+                assert_eq!(ack["method"], "notifications/subscriptions/acknowledged");
+                held.push(l);
+            }
+            Err(no) => refused.push(no),
+        }
+    }
+    let mut bob = p.client(all_caps());
+    bob.headers
+        .push(("authorization".into(), "Bearer bob".into()));
+    let echo = bob
+        .request(
+            "tools/call",
+            json!({"name": "echo", "arguments": {"text": "bob"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(echo.status, http::StatusCode::OK, "{:?}", echo.last);
+    assert_eq!(echo.result()["content"][0]["text"], "bob hi leaked=False");
+    assert_eq!((held.len(), refused.len()), (1, 3), "{refused:?}");
+    for (status, body) in &refused {
+        assert_eq!(*status, http::StatusCode::SERVICE_UNAVAILABLE, "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("pool.max_listen_sessions_per_principal"),
+            "{message}"
+        );
+    }
+    assert_eq!(p.app.listen_sessions(), 1);
+    // Her streams of the capabilities she has a session for still share it.
+    let mut again = Listener::declaring(
+        &p,
+        "again",
+        filter,
+        Some("Bearer alice"),
+        json!({"experimental": {"n": 0}}),
+    )
+    .await;
+    assert_eq!(
+        again.next().await["method"],
+        "notifications/subscriptions/acknowledged"
+    );
+    assert_eq!(p.app.listen_sessions(), 1);
 }
 
 #[tokio::test]

@@ -135,6 +135,9 @@ label_values! {
         Parked => "parked",
         /// `server.max_connections`: an idle keep-alive connection closed to admit a new one.
         IdleConnectionShed => "idle_connection_shed",
+        /// `pool.max_listen_sessions_per_principal` or `server.max_legacy_sessions_per_principal`:
+        /// the principal holds its share of the upstream sessions (503).
+        PrincipalSessions => "principal_sessions",
     }
 }
 

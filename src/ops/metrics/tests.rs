@@ -28,6 +28,7 @@ fn renders_strict_openmetrics_with_bounded_labels() {
         idle_sessions: 3,
         session_waiters: 4,
         legacy_sessions: 6,
+        listen_sessions: 8,
     });
     assert!(text.contains("mrtr_rounds_total 1\n"), "{text}");
     assert!(text.contains("mrtr_input_requests_total 3\n"));
@@ -43,6 +44,7 @@ fn renders_strict_openmetrics_with_bounded_labels() {
     assert!(text.contains("mrtr_idle_sessions 3\n"));
     assert!(text.contains("mrtr_session_waiters 4\n"));
     assert!(text.contains("mrtr_legacy_sessions 6\n"));
+    assert!(text.contains("mrtr_listen_sessions 8\n"));
     assert!(text.contains(
         r#"mrtr_requests_total{era="modern",method="tools/call",outcome="input_required"} 1"#
     ));

@@ -110,6 +110,44 @@ async fn a_principal_past_its_bound_gets_503_until_one_of_its_sessions_ends() {
 }
 
 #[tokio::test]
+async fn by_default_one_principal_holds_a_quarter_of_the_children() {
+    // Four children and no bound set: alice's legacy sessions (a child each, held until they
+    // idle out) would take all four, and bob's initialize would get 503. Her share is one.
+    let rec = Recorder::new();
+    let config = "max_processes = 4\n[pool]\nacquire_timeout = \"1s\"\n";
+    let p = stdio_proxy(&rec, config).await;
+    let alice = Legacy::new(&p).speaking_for("Bearer alice");
+    let mut statuses = Vec::new();
+    let mut refusals = Vec::new();
+    for i in 0..4 {
+        let (status, _, body) = alice.try_initialize(json!(i), &format!("a{i}")).await;
+        statuses.push(status);
+        if status != StatusCode::OK {
+            refusals.push(body);
+        }
+    }
+    let bob = Legacy::new(&p).speaking_for("Bearer bob");
+    let (status, _, body) = bob.try_initialize(json!("b"), "b").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::SERVICE_UNAVAILABLE,
+            StatusCode::SERVICE_UNAVAILABLE
+        ]
+    );
+    for body in refusals {
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("server.max_legacy_sessions_per_principal"),
+            "{message}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_child_killed_mid_call_ends_the_call_with_an_error_and_the_session_with_404() {
     let mut rec = Recorder::new();
     let p = stdio_proxy(&rec, "").await;

@@ -182,6 +182,20 @@ impl Listener {
         principal: Option<&str>,
         caps: Value,
     ) -> Self {
+        match Self::try_declaring(proxy, id, filter, principal, caps).await {
+            Ok(listener) => listener,
+            Err((status, body)) => panic!("the listen was refused: {status} {body}"),
+        }
+    }
+
+    /// As [`Listener::declaring`]; a refusal gives its status and body.
+    pub async fn try_declaring(
+        proxy: &TestProxy,
+        id: &str,
+        filter: Value,
+        principal: Option<&str>,
+        caps: Value,
+    ) -> Result<Self, (http::StatusCode, Value)> {
         let body = json!({"jsonrpc":"2.0","id":id,"method":"subscriptions/listen","params":{"notifications":filter,"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":caps}}});
         let http =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
@@ -197,12 +211,19 @@ impl Listener {
         }
         let req = req.body(mrtr_proxy::body::full(body.to_string())).unwrap();
         let resp = http.request(req).await.unwrap();
-        assert_eq!(resp.headers()["content-type"], "text/event-stream");
-        Self {
+        if resp.headers()["content-type"] != "text/event-stream" {
+            let status = resp.status();
+            let body = http_body_util::BodyExt::collect(resp.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            return Err((status, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+        }
+        Ok(Self {
             body: resp.into_body(),
             decoder: mrtr_proxy::sse::SseDecoder::new(1 << 20),
             queue: Default::default(),
-        }
+        })
     }
 
     /// Resolves when the stream ends (after any messages still queued); panics after 10 s.
