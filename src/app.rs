@@ -13,9 +13,9 @@ use crate::bridge::Bridge;
 use crate::call::{CallContext, Gather, ParkedCalls};
 use crate::cluster::Peers;
 use crate::config::Config;
+use crate::inline_asks::InlineAsks;
 use crate::limits::PrincipalGate;
 use crate::ops::metrics::Metrics;
-use crate::sessions::LegacySessions;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
 use crate::tasks::Tasks;
@@ -64,8 +64,10 @@ pub struct App {
     pub(crate) replays: SpentTokens,
     /// Approval tokens taken here (each at most once).
     pub(crate) approvals: SpentTokens,
-    /// The legacy sessions relayed (what they declared) and the proxy's requests pending on them.
-    pub(crate) legacy: LegacySessions,
+    /// Where the proxy may ask a relayed legacy session inline (it declared elicitation), and
+    /// the questions it asked there, pending (the approval gate). Not `bridge`: the sessions the
+    /// proxy owns for legacy clients.
+    pub(crate) inline_asks: InlineAsks,
     /// Who each request speaks for (`[auth]`).
     pub(crate) auth: Authenticator,
     /// Legacy clients' own upstream sessions, in front of a stdio or HTTP+SSE upstream.
@@ -156,7 +158,7 @@ impl App {
             ),
             replays: SpentTokens::new(config.state.ttl),
             approvals: SpentTokens::new(config.state.ttl),
-            legacy: LegacySessions::new(config.pool.idle_timeout),
+            inline_asks: InlineAsks::new(config.pool.idle_timeout),
             bridge: Bridge::new(
                 config.server.legacy_session_idle,
                 config.server.max_legacy_sessions_per_principal,

@@ -22,9 +22,8 @@ use sha2::{Digest, Sha256};
 
 use crate::body::{self, Body};
 use crate::config;
-use crate::error::ProxyError;
-use crate::http_client::OriginClient;
-use crate::ops::metrics::{Forward, Metrics};
+use crate::http_client::{ClientError, OriginClient};
+use crate::ops::metrics::{Forward, ForwardKind, Metrics};
 use crate::protocol::HOP_BY_HOP;
 use crate::state::{unix, TokenCodec};
 
@@ -101,16 +100,19 @@ impl Peers {
         }
     }
 
-    /// Sends a retry to `owner`, the instance whose token it carries: at most one hop, and only
-    /// to a peer of the configured set. The outcome is counted and logged here.
+    /// Sends a retry or a `tasks/*` request (`kind`) to `owner`, the instance whose token or
+    /// task it names: at most one hop, and only to a peer of the configured set. The outcome is
+    /// counted and logged here.
     ///
     /// # Errors
-    /// [`ProxyError::CallLost`] saying why the owner cannot be reached.
+    /// Why the owner cannot be reached ([`lost_because`] says it in words), for the caller to
+    /// answer as a lost call or a lost task.
     pub(crate) async fn forward(
         &self,
         owner: &str,
         inbound: Inbound<'_>,
-    ) -> Result<Response<Body>, ProxyError> {
+        kind: ForwardKind,
+    ) -> Result<Response<Body>, Forward> {
         let outcome = if inbound.forwarded {
             Err(Forward::Loop)
         } else if !self.config.is_enabled() {
@@ -122,23 +124,18 @@ impl Peers {
             }
         };
         let result = outcome.as_ref().err().copied().unwrap_or(Forward::Ok);
-        self.metrics.cluster.forwarded(result);
+        self.metrics.cluster.forwarded(kind, result);
         if outcome.is_ok() {
-            tracing::debug!(owner, "forwarded a retry to the instance holding its call");
+            tracing::debug!(owner, kind = kind.as_str(), "forwarded to the owner");
         } else {
             tracing::info!(
                 owner,
+                kind = kind.as_str(),
                 result = result.as_str(),
-                "cannot forward a retry to the instance holding its call"
+                "cannot forward to the owner"
             );
         }
-        outcome.map_err(|r| {
-            ProxyError::CallLost(match r {
-                Forward::Loop => "it reached a second instance that does not hold it",
-                Forward::Unreachable => "that instance does not answer",
-                _ => "that instance is not among the peers",
-            })
-        })
+        outcome
     }
 
     // The URL of the peer whose instance id is `owner`; the set is asked again when the id is
@@ -241,11 +238,14 @@ impl Peers {
         req.headers_mut().insert(PEER_HEADER, signature);
         match self.client(&url).send(req).await {
             Ok(resp) => Ok(resp.map(|b| b.map_err(Into::into).boxed())),
-            Err(_) => {
+            Err(e) => {
                 if let Ok(mut known) = self.known.lock() {
                     known.by_id.remove(owner);
                 }
-                Err(Forward::Unreachable)
+                Err(match e {
+                    ClientError::Timeout => Forward::Timeout,
+                    _ => Forward::Unreachable,
+                })
             }
         }
     }
@@ -304,6 +304,16 @@ impl Peers {
 fn body_digest(body: &[u8]) -> String {
     let d = Sha256::digest(body);
     hex::encode(&d[..16])
+}
+
+/// Why an owner could not be reached, in words for the client's error.
+pub(crate) fn lost_because(reason: Forward) -> &'static str {
+    match reason {
+        Forward::Loop => "it reached a second instance that does not hold it",
+        Forward::Unreachable => "that instance refuses connections",
+        Forward::Timeout => "that instance does not answer in time",
+        Forward::UnknownOwner | Forward::Ok => "that instance is not among the peers",
+    }
 }
 
 #[cfg(test)]

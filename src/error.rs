@@ -181,8 +181,8 @@ pub(crate) enum ProxyError {
     CallLost(&'static str),
     /// A `tasks/*` request's task lives on an instance that cannot be reached (gone, or not of
     /// the peer set): -32602 with `data.reason = "task_lost"`, HTTP 410.
-    #[error("the task was lost with the instance that ran it")]
-    TaskLost,
+    #[error("the task was lost with the instance that ran it ({0})")]
+    TaskLost(&'static str),
     /// The upstream failed.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
@@ -225,7 +225,7 @@ impl ProxyError {
             }
             Self::Upstream(UpstreamError::Busy(_)) => Side::Internal,
             Self::Upstream(_) => Side::Upstream,
-            Self::Overloaded(_) | Self::Internal(_) | Self::CallLost(_) | Self::TaskLost => {
+            Self::Overloaded(_) | Self::Internal(_) | Self::CallLost(_) | Self::TaskLost(_) => {
                 Side::Internal
             }
             Self::Unauthenticated(r) if r.status.is_server_error() => Side::Internal,
@@ -245,7 +245,7 @@ impl ProxyError {
             | Self::State(_)
             | Self::MissingCapability { .. } => StatusCode::BAD_REQUEST,
             Self::MethodNotFound(_) => StatusCode::NOT_FOUND,
-            Self::CallLost(_) | Self::TaskLost => StatusCode::GONE,
+            Self::CallLost(_) | Self::TaskLost(_) => StatusCode::GONE,
             Self::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Self::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -286,7 +286,7 @@ impl ProxyError {
                 protocol::INVALID_PARAMS,
                 Some(serde_json::json!({"reason": CALL_LOST})),
             ),
-            Self::TaskLost => (
+            Self::TaskLost(_) => (
                 protocol::INVALID_PARAMS,
                 Some(serde_json::json!({"reason": TASK_LOST})),
             ),

@@ -34,6 +34,7 @@ mod front;
 #[doc(hidden)]
 pub mod fuzzing;
 mod http_client;
+mod inline_asks;
 mod input;
 mod jsonrpc;
 mod limits;
@@ -41,7 +42,6 @@ pub mod ops;
 mod protocol;
 mod rewrite;
 pub mod server;
-mod sessions;
 pub mod sse;
 pub mod state;
 mod tasks;

@@ -19,7 +19,7 @@ use crate::call::{LegEvent, Retry};
 use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
-use crate::ops::metrics::{self, RequestTimer, TokenRejection};
+use crate::ops::metrics::{self, ForwardKind, RequestTimer, TokenRejection};
 use crate::state::replay::Replayer;
 use crate::state::{request_digest, Claims, TokenError};
 use crate::trace_context::TraceContext;
@@ -72,7 +72,10 @@ pub(super) async fn retry(
             Err(e) => return Err(e),
         }
     } else {
-        let forwarded = app.peers.forward(&claims.issuer, inbound).await;
+        let forwarded = app
+            .peers
+            .forward(&claims.issuer, inbound, ForwardKind::Retry)
+            .await;
         TraceContext::event(&tracing::Span::current(), "mrtr.forward", || {
             vec![
                 KeyValue::new("mrtr.peer", claims.issuer.clone()),
@@ -83,7 +86,7 @@ pub(super) async fn retry(
             Ok(resp) => return Ok(Resumed::Forwarded(resp)),
             // The instance that asked is gone: ask again here, never take its approval.
             Err(_) if claims.approval.is_some() => return ask_again(app, &req, &who),
-            Err(e) => e,
+            Err(reason) => ProxyError::CallLost(cluster::lost_because(reason)),
         }
     };
     replay_here(app, req, who, (claims, &answers), lost)

@@ -14,10 +14,11 @@ use super::validate::ModernRequest;
 use crate::app::App;
 use crate::auth::Principal;
 use crate::body::Body;
-use crate::cluster::Inbound;
+use crate::cluster::{self, Inbound};
 use crate::edge;
 use crate::error::ProxyError;
 use crate::jsonrpc;
+use crate::ops::metrics::ForwardKind;
 use crate::protocol::TASKS_EXTENSION;
 use crate::tasks;
 use crate::trace_context::TraceContext;
@@ -51,9 +52,9 @@ pub(super) async fn serve(
         let Some(owner) = tasks::owner_of(id) else {
             return Err(tasks::unknown());
         };
-        return match app.peers.forward(owner, inbound).await {
+        return match app.peers.forward(owner, inbound, ForwardKind::Task).await {
             Ok(resp) => Ok(Served::ByOwner(resp)),
-            Err(_) => Err(ProxyError::TaskLost),
+            Err(reason) => Err(ProxyError::TaskLost(cluster::lost_because(reason))),
         };
     }
     let result = match req.method.as_str() {

@@ -23,8 +23,8 @@ pub(crate) use auth::AuthMetrics;
 pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
     AcceptFailure, AuthEndpoint, AuthRefusal, Capability, Decision, Direction, Era, Forward,
-    Gathered, IntrospectionSkip, Limit, Method, Outcome, SpanDrop, TaskState, TokenRejection,
-    UpstreamFailure,
+    ForwardKind, Gathered, IntrospectionSkip, Limit, Method, Outcome, SpanDrop, TaskState,
+    TokenRejection, UpstreamFailure,
 };
 use labels::{
     AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,

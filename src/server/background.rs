@@ -29,7 +29,7 @@ async fn sweep(app: Arc<App>) {
         app.calls.tasks.sweep();
         app.replays.sweep();
         app.approvals.sweep();
-        app.legacy.sweep();
+        app.inline_asks.sweep();
         app.bridge.reap_idle().await;
     }
 }

@@ -50,7 +50,7 @@ async fn cluster(n: usize) -> (Vec<Mock>, Vec<TestProxy>) {
 
 async fn forwarded(proxy: &TestProxy, result: &str) -> String {
     let text = proxy.get_text("/metrics").await;
-    let series = format!("mrtr_forwarded_retries_total{{result=\"{result}\"}} ");
+    let series = format!("mrtr_forwarded_retries_total{{kind=\"retry\",result=\"{result}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(series.as_str()))
         .unwrap_or("0")

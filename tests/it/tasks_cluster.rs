@@ -80,7 +80,18 @@ async fn a_task_of_an_instance_out_of_reach_is_task_lost_410() {
             (&e["code"], &e["data"]["reason"]),
             (&json!(-32602), &json!("task_lost"))
         );
+        let message = e["message"].as_str().unwrap();
+        assert!(
+            message.contains("not among the peers"),
+            "says why: {message}"
+        );
     }
+    let metrics = proxy.get_text("/metrics").await;
+    assert!(
+        metrics
+            .contains("mrtr_forwarded_retries_total{kind=\"task\",result=\"unknown_owner\"} 3\n"),
+        "counted as tasks: {metrics}"
+    );
     let ex = on_task(&c, "get", "no-instance-named", json!({})).await;
     assert_eq!(
         ex.status,

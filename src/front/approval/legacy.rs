@@ -106,18 +106,18 @@ pub(crate) fn on_mcp(
 ) -> Option<Response<Body>> {
     let session = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok());
     if let Some(session) = session.filter(|_| app.config.approval.is_enabled()) {
-        app.legacy.seen(session);
+        app.inline_asks.seen(session);
     }
     let call = match gated {
         Legacy::Pass => return None,
         Legacy::Answer(id, message) => {
-            let taken = session.is_some_and(|s| app.legacy.answer(s, &id, message));
+            let taken = session.is_some_and(|s| app.inline_asks.answer(s, &id, message));
             return taken.then(|| edge::empty(StatusCode::ACCEPTED));
         }
         Legacy::Refuse(call) => return Some(refuse(app, &who.digest, &call)),
         Legacy::Ask(call) => call,
     };
-    let Some(session) = session.filter(|s| app.legacy.can_elicit(s)) else {
+    let Some(session) = session.filter(|s| app.inline_asks.can_elicit(s)) else {
         return Some(refuse(app, &who.digest, &call));
     };
     let (writer, resp) = SseWriter::open(app.config.server.keepalive);
@@ -151,13 +151,13 @@ pub(crate) fn observe_initialize(app: &App, request: &[u8], answer: &HeaderMap) 
     }
     let caps = &message["params"]["capabilities"];
     let elicits = input::check_capability(InputKind::Elicitation, None, caps).is_ok();
-    app.legacy.record(session, elicits);
+    app.inline_asks.record(session, elicits);
 }
 
 /// Forgets a session the client deleted.
 pub(crate) fn forget_session(app: &App, headers: &HeaderMap) {
     if let Some(session) = headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()) {
-        app.legacy.forget(session);
+        app.inline_asks.forget(session);
     }
 }
 
@@ -195,7 +195,7 @@ pub(crate) fn refusal(app: &App, principal: &str, call: &GatedCall<'_>) -> Vec<u
 // ends with the decline.
 async fn ask(app: Arc<App>, mut writer: SseWriter, call: Inline, rule: ApprovalRule) {
     let question = Question::new(&rule, &call.arguments);
-    let answer = app.legacy.expect(&call.session, &question.key);
+    let answer = app.inline_asks.expect(&call.session, &question.key);
     let gated = GatedCall {
         id: call.id.clone(),
         tool: call.tool.clone(),
@@ -211,7 +211,7 @@ async fn ask(app: Arc<App>, mut writer: SseWriter, call: Inline, rule: ApprovalR
     };
     let Ok(Ok(Ok(message))) = answered else {
         // The client left, or never answered: the call does not run.
-        app.legacy.abandon(&call.session, &question.key);
+        app.inline_asks.abandon(&call.session, &question.key);
         return;
     };
     if let Some(declined) = decided(&app, (&principal, &gated), &message) {

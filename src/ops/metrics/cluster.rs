@@ -5,7 +5,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
-use super::labels::{Forward, ForwardLabel};
+use super::labels::{Forward, ForwardKind, ForwardLabel};
 
 /// Forwards and replays.
 #[derive(Debug, Default)]
@@ -19,7 +19,7 @@ impl ClusterMetrics {
     pub(super) fn register(&self, r: &mut Registry) {
         r.register(
             "forwarded_retries",
-            "Retries whose requestState names another instance, by what became of them",
+            "Retries and tasks/* requests for another instance, by kind and what became of them",
             self.forwards.clone(),
         );
         r.register(
@@ -34,9 +34,12 @@ impl ClusterMetrics {
         );
     }
 
-    /// A retry for another instance was forwarded, or could not be.
-    pub(crate) fn forwarded(&self, result: Forward) {
-        self.forwards.get_or_create(&ForwardLabel { result }).inc();
+    /// A retry or a `tasks/*` request (`kind`) for another instance was forwarded, or could
+    /// not be.
+    pub(crate) fn forwarded(&self, kind: ForwardKind, result: Forward) {
+        self.forwards
+            .get_or_create(&ForwardLabel { kind, result })
+            .inc();
     }
 
     /// A lost call is run again here from its token.

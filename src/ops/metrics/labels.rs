@@ -170,10 +170,22 @@ label_values! {
         Ok => "ok",
         /// No known peer is the owner (it left the peer set, or restarted under a new id).
         UnknownOwner => "unknown_owner",
-        /// The owner is known but did not answer in time.
+        /// The owner is known but refused the connection, or it broke.
         Unreachable => "unreachable",
+        /// The owner is known but did not answer within `cluster.forward_timeout`.
+        Timeout => "timeout",
         /// Arrived already forwarded for a call this instance does not own: never a second hop.
         Loop => "loop",
+    }
+}
+
+label_values! {
+    /// What a forward to another instance carried.
+    ForwardKind {
+        /// A retry whose requestState names the instance holding its call.
+        Retry => "retry",
+        /// A `tasks/*` request of a task the instance owns.
+        Task => "task",
     }
 }
 
@@ -339,6 +351,7 @@ pub(super) struct DirectionLabel {
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct ForwardLabel {
+    pub(super) kind: ForwardKind,
     pub(super) result: Forward,
 }
 

@@ -13,9 +13,9 @@ use tokio::time::Instant;
 /// Sessions recorded at most.
 pub(crate) const MAX_SESSIONS: usize = 65_536;
 
-/// The legacy sessions relayed, and the proxy's own requests pending on them.
+/// Where the proxy may ask relayed legacy sessions, and its own requests pending on them.
 #[derive(Debug)]
-pub(crate) struct LegacySessions {
+pub(crate) struct InlineAsks {
     /// Session id → (declared form elicitation, last seen).
     declared: DashMap<String, (bool, Instant)>,
     /// (session id, request id) → who waits for the client's answer.
@@ -23,7 +23,7 @@ pub(crate) struct LegacySessions {
     idle: Duration,
 }
 
-impl LegacySessions {
+impl InlineAsks {
     /// An empty record whose sessions are forgotten after `idle` without a request.
     pub(crate) fn new(idle: Duration) -> Self {
         Self {
@@ -109,7 +109,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_session_is_known_until_forgotten_or_idle() {
-        let s = LegacySessions::new(Duration::from_secs(60));
+        let s = InlineAsks::new(Duration::from_secs(60));
         s.record("a", true);
         s.record("b", false);
         assert!(s.can_elicit("a"));
@@ -129,7 +129,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_reaches_the_request_it_answers_on_its_session_only() {
-        let s = LegacySessions::new(Duration::from_secs(60));
+        let s = InlineAsks::new(Duration::from_secs(60));
         let rx = s.expect("a", "\"r1\"");
         assert!(!s.answer("b", "\"r1\"", Value::Null), "another session");
         assert!(!s.answer("a", "\"r2\"", Value::Null), "another request");
