@@ -74,7 +74,7 @@ pub(crate) fn asked(app: &App, principal: &str, call: &GatedCall<'_>) {
 
 /// What the person's answer (a JSON-RPC response; an error, or anything but a well-formed
 /// approval, declines) decides about `who`'s call, audited; `Some` is the declined call's
-/// result, for request `id`.
+/// result, answering the call's own id.
 pub(crate) fn decided(
     app: &App,
     (principal, call): (&str, &GatedCall<'_>),
@@ -111,7 +111,8 @@ pub(crate) fn on_mcp(
     let call = match gated {
         Legacy::Pass => return None,
         Legacy::Answer(id, message) => {
-            let taken = session.is_some_and(|s| app.inline_asks.answer(s, &id, message));
+            let key = answer_key(&who.digest, &id);
+            let taken = session.is_some_and(|s| app.inline_asks.answer(s, &key, message));
             return taken.then(|| edge::empty(StatusCode::ACCEPTED));
         }
         Legacy::Refuse(call) => return Some(refuse(app, &who.digest, &call)),
@@ -195,7 +196,9 @@ pub(crate) fn refusal(app: &App, principal: &str, call: &GatedCall<'_>) -> Vec<u
 // ends with the decline.
 async fn ask(app: Arc<App>, mut writer: SseWriter, call: Inline, rule: ApprovalRule) {
     let question = Question::new(&rule, &call.arguments);
-    let answer = app.inline_asks.expect(&call.session, &question.key);
+    // Keyed by the principal too: only the client that was asked can answer.
+    let key = answer_key(&call.who.digest, &question.key);
+    let answer = app.inline_asks.expect(&call.session, &key);
     let gated = GatedCall {
         id: call.id.clone(),
         tool: call.tool.clone(),
@@ -211,7 +214,7 @@ async fn ask(app: Arc<App>, mut writer: SseWriter, call: Inline, rule: ApprovalR
     };
     let Ok(Ok(Ok(message))) = answered else {
         // The client left, or never answered: the call does not run.
-        app.inline_asks.abandon(&call.session, &question.key);
+        app.inline_asks.abandon(&call.session, &key);
         return;
     };
     if let Some(declined) = decided(&app, (&principal, &gated), &message) {
@@ -284,4 +287,10 @@ async fn run(app: &App, writer: &mut SseWriter, call: Inline) -> Result<(), Prox
         let _ = writer.send(&json).await;
     }
     Ok(())
+}
+
+// What an answer to the proxy's question is awaited under, beside its session: the principal
+// asked and the question's id (JSON text).
+fn answer_key(principal: &str, id: &str) -> String {
+    format!("{principal}\0{id}")
 }
