@@ -19,7 +19,7 @@ use crate::ops::metrics::Metrics;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
 use crate::tasks::Tasks;
-use crate::upstream::{Credentials, SessionPool};
+use crate::upstream::{Credentials, PrincipalBound, SessionPool};
 
 /// Pages of `tools/list` read to check `[approval.tools]` against the upstream.
 const POLICY_CHECK_PAGES: usize = 20;
@@ -135,7 +135,10 @@ impl App {
         // The transport may have changed since the file was read (a command line's `--`).
         config.share_sessions();
         let keys = signing_keys(&config)?;
-        let pool = SessionPool::new(&config.upstream, config.pool.clone());
+        let (listen_anonymous, legacy_anonymous) = config.anonymous_session_bounds();
+        let each = config.pool.max_listen_sessions_per_principal;
+        let listen = PrincipalBound::new(each, listen_anonymous);
+        let pool = SessionPool::new(&config.upstream, config.pool.clone(), listen);
         let issuer = fix_instance_id(&mut config.state);
         let metrics = Arc::new(Metrics::default());
         metrics.parked_bounds(config.parked_limit(), config.state.parked.bytes);
@@ -161,7 +164,10 @@ impl App {
             inline_asks: InlineAsks::new(config.pool.idle_timeout),
             bridge: Bridge::new(
                 config.server.legacy_session_idle,
-                config.server.max_legacy_sessions_per_principal,
+                PrincipalBound::new(
+                    config.server.max_legacy_sessions_per_principal,
+                    legacy_anonymous,
+                ),
             ),
             tokens,
             auth,

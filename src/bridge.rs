@@ -21,7 +21,7 @@ use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::upstream::{OwnSession, Owner, SinkFuture};
+use crate::upstream::{OwnSession, Owner, PrincipalBound, SinkFuture};
 
 /// Messages held for a GET stream not open yet (the oldest go first past it).
 const BACKLOG: usize = 64;
@@ -38,7 +38,7 @@ pub(crate) struct Bridge {
     /// Sessions being opened, per principal: counted against the bound while they open.
     opening: Arc<DashMap<String, usize>>,
     idle: Duration,
-    max_per_principal: usize,
+    bound: PrincipalBound,
 }
 
 /// One legacy client's session.
@@ -65,19 +65,20 @@ struct Listener {
 /// Why a session cannot be opened.
 #[derive(Debug)]
 pub(crate) enum Refused {
-    /// The principal holds `server.max_legacy_sessions_per_principal` already.
-    TooMany,
+    /// The principal holds as many as its bound (`server.max_legacy_sessions_per_principal`),
+    /// given here, already.
+    TooMany(usize),
 }
 
 impl Bridge {
-    /// No sessions; each ends after `idle` unused; `max_per_principal` at once per principal.
-    pub(crate) fn new(idle: Duration, max_per_principal: usize) -> Self {
+    /// No sessions; each ends after `idle` unused; `bound.of(principal)` at once per principal.
+    pub(crate) fn new(idle: Duration, bound: PrincipalBound) -> Self {
         Self {
             sessions: DashMap::new(),
             sse: DashMap::new(),
             opening: Arc::new(DashMap::new()),
             idle,
-            max_per_principal,
+            bound,
         }
     }
 
@@ -85,8 +86,9 @@ impl Bridge {
     /// session registered by then): concurrent opens cannot all pass the bound.
     pub(crate) fn admits(&self, principal: &str) -> Result<Opening, Refused> {
         let mut opening = self.opening.entry(principal.to_owned()).or_insert(0);
-        if self.held(principal) + *opening >= self.max_per_principal {
-            return Err(Refused::TooMany);
+        let bound = self.bound.of(principal);
+        if self.held(principal) + *opening >= bound {
+            return Err(Refused::TooMany(bound));
         }
         *opening += 1;
         Ok(Opening {

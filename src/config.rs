@@ -172,6 +172,23 @@ impl Config {
         sizing::shares(self.bounds());
     }
 
+    /// The per-principal bounds on sessions for the principal that names no one (no principal
+    /// header, no token: every such client at once), as (listen sessions, legacy sessions): a
+    /// bound the file leaves unset is the whole pool for it, up to 16 (a share would leave
+    /// capacity unused with every client refused); a bound the file sets holds for it too.
+    pub fn anonymous_session_bounds(&self) -> (usize, usize) {
+        let all = sizing::everyones_share(self.stdio_processes().unwrap_or(self.pool.max_sessions));
+        let listen = match self.sized.max_listen_sessions_per_principal {
+            true => all.max(self.pool.max_listen_sessions_per_principal),
+            false => self.pool.max_listen_sessions_per_principal,
+        };
+        let legacy = match self.sized.max_legacy_sessions_per_principal {
+            true => all.max(self.server.max_legacy_sessions_per_principal),
+            false => self.server.max_legacy_sessions_per_principal,
+        };
+        (listen, legacy)
+    }
+
     /// The most parked calls the bounds in force let through (`state.max_parked`, what
     /// `state.max_parked_memory` pays for, the upstream sessions: the least). A stdio upstream
     /// has as many sessions as `upstream.max_processes` children.

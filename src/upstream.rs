@@ -21,7 +21,7 @@ pub(crate) use client::UpstreamError;
 pub(crate) use credentials::Credentials;
 pub(crate) use link::{Link, Owner, SinkFuture};
 pub(crate) use own::OwnSession;
-pub(crate) use pins::Pin;
+pub(crate) use pins::{Pin, PrincipalBound};
 pub(crate) use pool::listen::Refused as ListenRefused;
 pub(crate) use pool::{Lease, SessionPool};
 pub(crate) use session::{base_request, Session};

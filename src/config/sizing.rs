@@ -48,6 +48,13 @@ pub(super) fn principal_share(sessions: usize) -> usize {
     (sessions / 4).clamp(1, MAX_PRINCIPAL_SHARE)
 }
 
+/// The share of the principal that names no one (every client without a principal header or
+/// token: everyone's, not one client's), for the bounds the file does not set: the whole of
+/// `sessions`, at most [`MAX_PRINCIPAL_SHARE`] (what the legacy sessions' bound always was).
+pub(super) fn everyones_share(sessions: usize) -> usize {
+    sessions.clamp(1, MAX_PRINCIPAL_SHARE)
+}
+
 /// The bounds sizing moves: the parked calls', the pool's, and what they follow from.
 pub(super) struct Bounds<'a> {
     pub(super) parked: &'a mut HeldBounds,

@@ -134,9 +134,8 @@ fn gone(timer: RequestTimer) -> Response<Body> {
 /// which bound (503).
 pub(super) fn refusal(app: &App, refused: &Refused) -> ProxyError {
     match refused {
-        Refused::TooMany => {
+        Refused::TooMany(n) => {
             app.metrics.limit_hit(Limit::PrincipalSessions);
-            let n = app.config.server.max_legacy_sessions_per_principal;
             ProxyError::Overloaded(format!(
                 "this principal holds as many legacy sessions as it may \
                  (server.max_legacy_sessions_per_principal = {n}); end one or retry later"

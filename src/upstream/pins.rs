@@ -16,7 +16,7 @@ use super::session::{ListenerPin, Session};
 /// Every principal's places.
 #[derive(Debug)]
 pub(crate) struct Pins {
-    max_per_principal: usize,
+    bound: PrincipalBound,
     places: Mutex<HashMap<String, Vec<Place>>>,
     next_id: AtomicU64,
     /// Woken when a place's session is known, or a place goes.
@@ -57,20 +57,49 @@ pub(crate) struct Pin {
     listener: Option<ListenerPin>,
 }
 
+/// A bound on what each principal may hold, and the one of the principal that names no one
+/// (every client without a principal header or token: everyone's, not one client's).
+#[derive(Debug, Clone)]
+pub(crate) struct PrincipalBound {
+    each: usize,
+    anonymous: usize,
+    nobody: String,
+}
+
+impl PrincipalBound {
+    /// `each` for a principal, `anonymous` for the principal that names no one (both at least 1).
+    pub(crate) fn new(each: usize, anonymous: usize) -> Self {
+        Self {
+            each: each.max(1),
+            anonymous: anonymous.max(1),
+            nobody: crate::state::principal_digest(None),
+        }
+    }
+
+    /// The bound of `principal` (a digest).
+    pub(crate) fn of(&self, principal: &str) -> usize {
+        if principal == self.nobody {
+            self.anonymous
+        } else {
+            self.each
+        }
+    }
+}
+
 impl Pins {
-    /// An empty table; each principal holds at most `max_per_principal` places.
-    pub(crate) fn new(max_per_principal: usize) -> Arc<Self> {
+    /// An empty table; each principal holds at most `bound.of(principal)` places.
+    pub(crate) fn new(bound: PrincipalBound) -> Arc<Self> {
         Arc::new(Self {
-            max_per_principal: max_per_principal.max(1),
+            bound,
             places: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             changed: Notify::new(),
         })
     }
 
-    /// The bound on places per principal.
-    pub(crate) fn max_per_principal(&self) -> usize {
-        self.max_per_principal
+    /// The bound on `principal`'s places.
+    pub(crate) fn bound(&self, principal: &str) -> usize {
+        self.bound.of(principal)
     }
 
     /// Resolves at the next change of the table (enable it before looking).
@@ -109,7 +138,7 @@ impl Pins {
                 return Found::Shared(pin, session, used);
             }
         }
-        if !opening && places.len() < self.max_per_principal {
+        if !opening && places.len() < self.bound.of(principal) {
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             places.push(Place {
                 id,

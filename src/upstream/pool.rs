@@ -19,7 +19,7 @@ use super::changes::{Change, ChangeFeed, Changes};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
-use super::pins::Pins;
+use super::pins::{Pins, PrincipalBound};
 use super::session::{legacy_capabilities_text, Session, SessionParams};
 use crate::config::{self, UpstreamTransport};
 
@@ -97,8 +97,12 @@ pub(crate) struct Lease {
 }
 
 impl SessionPool {
-    /// An empty pool.
-    pub(crate) fn new(upstream: &config::Upstream, cfg: config::Pool) -> Arc<Self> {
+    /// An empty pool; `listen` bounds the sessions each principal's listen streams pin.
+    pub(crate) fn new(
+        upstream: &config::Upstream,
+        cfg: config::Pool,
+        listen: PrincipalBound,
+    ) -> Arc<Self> {
         let client = UpstreamClient::new(
             upstream.url.clone(),
             upstream.timeout,
@@ -111,7 +115,7 @@ impl SessionPool {
             _ => cfg.max_sessions,
         };
         let permits = Arc::new(Semaphore::new(max_sessions));
-        let pins = Pins::new(cfg.max_listen_sessions_per_principal);
+        let pins = Pins::new(listen);
         Arc::new(Self {
             client,
             connector: Connector::new(upstream.transport.clone()),
@@ -481,18 +485,4 @@ impl Drop for Lease {
 }
 
 #[cfg(test)]
-mod tests {
-    use crate::config::Config;
-
-    use super::*;
-
-    #[tokio::test]
-    async fn a_stdio_pool_is_bounded_by_its_processes_and_counts_none_open_at_first() {
-        let config =
-            Config::from_toml_str("[upstream]\ncommand = [\"server\"]\nmax_processes = 3\n")
-                .unwrap();
-        let pool = SessionPool::new(&config.upstream, config.pool.clone());
-        assert_eq!(pool.open_sessions(), 0);
-        assert_eq!(pool.permits.available_permits(), 3);
-    }
-}
+mod tests;

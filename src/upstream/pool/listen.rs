@@ -94,7 +94,7 @@ impl SessionPool {
                     self.pins.fill(&mut pin, lease.session());
                     (pin, Arc::clone(lease.session()), Some(lease))
                 }
-                Found::Full => return Err(Refused::Bound(self.pins.max_per_principal())),
+                Found::Full => return Err(Refused::Bound(self.pins.bound(principal))),
                 Found::Wait => {
                     tokio::select! {
                         () = &mut changed => continue,

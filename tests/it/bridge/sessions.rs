@@ -148,6 +148,30 @@ async fn by_default_one_principal_holds_a_quarter_of_the_children() {
 }
 
 #[tokio::test]
+async fn by_default_the_principal_that_names_no_one_may_use_every_child() {
+    // Clients without a principal header are one principal: everyone's. A share of the pool
+    // would refuse them with children idle, so unless the file sets the bound it is the pool.
+    let rec = Recorder::new();
+    let p = stdio_proxy(&rec, "max_processes = 4\n").await;
+    for i in 0..4 {
+        let (status, _, body) = Legacy::new(&p)
+            .try_initialize(json!(i), &format!("c{i}"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "session {i}: {body}");
+    }
+    // A bound the file sets holds for it too.
+    let rec = Recorder::new();
+    let config = "max_processes = 4\n[server]\nmax_legacy_sessions_per_principal = 1\n";
+    let p = stdio_proxy(&rec, config).await;
+    let (first, _, _) = Legacy::new(&p).try_initialize(json!(1), "c1").await;
+    let (second, _, _) = Legacy::new(&p).try_initialize(json!(2), "c2").await;
+    assert_eq!(
+        (first, second),
+        (StatusCode::OK, StatusCode::SERVICE_UNAVAILABLE)
+    );
+}
+
+#[tokio::test]
 async fn a_child_killed_mid_call_ends_the_call_with_an_error_and_the_session_with_404() {
     let mut rec = Recorder::new();
     let p = stdio_proxy(&rec, "").await;
