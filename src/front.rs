@@ -63,7 +63,7 @@ pub(crate) fn validate_modern(headers: &HeaderMap, msg: Message) -> bool {
 
 /// For the fuzz targets: a mirrored header value decoded (plain, or `=?base64?…?=`).
 pub(crate) fn decode_mirrored(raw: &[u8]) -> Option<String> {
-    validate::decode_header_value(raw)
+    validate::decode_header_value(raw).map(std::borrow::Cow::into_owned)
 }
 
 /// Handles one request on the MCP path, inside its own span (filled in as the request goes).
@@ -355,6 +355,10 @@ async fn modern(
         Ok(r) => r,
         Err(e) => return edge::fail(timer, &e, id.as_deref()),
     };
+    // Counted once: by the instance the client reached, not again by the peer it forwards to.
+    if !inbound.forwarded {
+        request.trace_dropped.count(&app.metrics);
+    }
     let described = (request.method.as_str(), request.target(), request.id.get());
     request.trace.describe(&span, described);
     let id = request.id.clone();

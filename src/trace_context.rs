@@ -1,9 +1,11 @@
 //! W3C trace context (SEP-414): `traceparent`, `tracestate` and `baggage`, reserved unprefixed
-//! `_meta` keys of a modern request, or its HTTP headers of those names (the `_meta` wins). The
-//! proxy carries a leg's context to everything it sends upstream for that leg: the legacy
+//! `_meta` keys of a modern request, or its HTTP headers of those names (the `_meta` wins), each
+//! checked and bounded before anything of it is sent on (`received`, by the W3C formats: `w3c`).
+//! The proxy carries a leg's context to everything it sends upstream for that leg: the legacy
 //! request's `params._meta` (filled from the headers when the client put it only there) and, on
 //! an HTTP upstream, the same-named headers of every request of the leg (the answers of a
-//! resumed call included: a retry's own context).
+//! resumed call included: a retry's own context). A relayed legacy request keeps its body as it
+//! came; its headers are checked the same way ([`TraceContext::check_headers`]).
 //!
 //! With traces exported (`ops::telemetry`), each request is a server span named and attributed
 //! by the MCP semantic conventions ([`TraceContext::describe`]); the upstream call, and the
@@ -11,6 +13,8 @@
 //! parent is that client span. What happens to a call between requests is events: `mrtr.park`,
 //! `mrtr.resume`, `mrtr.forward`, `mrtr.replay` on the request's span, and the task's
 //! transitions (`mrtr.task.*`) on the upstream call's span. A retry links to its call's first leg.
+
+use std::borrow::Cow;
 
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry::propagation::TextMapPropagator;
@@ -20,67 +24,78 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use serde_json::{Map, Value};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-/// The three keys, as `_meta` keys and header names.
-const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
-/// Longest value carried (W3C: tracestate ≤ 512 bytes; baggage ≤ 8192).
-const MAX_VALUE_BYTES: usize = 8192;
+mod received;
+mod w3c;
 
-/// A leg's trace context: what is set of the three.
+pub(crate) use received::{Carried, Dropped};
+
+/// The three keys, as `_meta` keys and header names.
+pub(crate) const KEYS: [&str; 3] = ["traceparent", "tracestate", "baggage"];
+
+/// A leg's trace context: what is set of the three, each valid (see `received`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct TraceContext {
     values: Vec<(&'static str, String)>,
 }
 
 impl TraceContext {
-    /// The context of a request with `_meta` `meta` and `headers`: the `_meta`'s when it has a
-    /// valid `traceparent`, else the headers'. A malformed `traceparent` is no context at all.
-    pub(crate) fn of(meta: impl Fn(&str) -> Option<String>, headers: &HeaderMap) -> Self {
-        let from_meta = Self::collect(meta);
-        if from_meta.is_valid() {
-            return from_meta;
-        }
-        let from_headers = Self::collect(|k| headers.get(k)?.to_str().ok().map(str::to_owned));
-        if from_headers.is_valid() {
-            return from_headers;
-        }
-        Self::default()
+    /// The context of a request whose `_meta` members are `meta` and whose headers are
+    /// `headers`, checked (see the module doc), and what was dropped.
+    pub(crate) fn of<'a, 'm: 'a>(
+        meta: impl Fn(&'static str) -> Option<Carried<'m>>,
+        headers: &'a HeaderMap,
+    ) -> (Self, Dropped) {
+        let mut values = Vec::new();
+        let get = |source, key| match source {
+            received::Source::Meta => meta(key),
+            received::Source::Headers => received::header(headers, key),
+        };
+        let dropped = received::choose(get, |key, value| values.push((key, value.into_owned())));
+        (Self { values }, dropped)
     }
 
-    fn collect(get: impl Fn(&'static str) -> Option<String>) -> Self {
-        let values = KEYS
-            .iter()
-            .filter_map(|k| get(k).map(|v| (*k, v)))
-            .filter(|(_, v)| v.len() <= MAX_VALUE_BYTES && HeaderValue::from_str(v).is_ok())
-            .collect();
-        Self { values }
+    /// Checks the trace-context headers of a request relayed as it came (a legacy client's: its
+    /// body is not looked at), as [`Self::of`] checks them, in place: what does not validate is
+    /// removed, what is past the bounds cut, the rest left as it came. What was dropped.
+    pub(crate) fn check_headers(headers: &mut HeaderMap) -> Dropped {
+        if !KEYS.iter().any(|k| headers.contains_key(*k)) {
+            return Dropped::default();
+        }
+        // Each key's header: `None` removed, `Some(None)` left as it came, else rebuilt.
+        let mut sent: [Option<Option<HeaderValue>>; 3] = Default::default();
+        let dropped = {
+            let get = |source, key| match source {
+                received::Source::Meta => None,
+                received::Source::Headers => received::header(headers, key),
+            };
+            received::choose(get, |key, value| {
+                let Some(i) = KEYS.iter().position(|k| *k == key) else {
+                    return;
+                };
+                sent[i] = match value {
+                    Cow::Borrowed(_) => Some(None),
+                    // Checked text is visible ASCII: a header value.
+                    Cow::Owned(v) => HeaderValue::from_str(&v).ok().map(Some),
+                };
+            })
+        };
+        for (key, value) in KEYS.iter().zip(sent) {
+            match value {
+                None => {
+                    headers.remove(*key);
+                }
+                Some(None) => {}
+                Some(Some(v)) => {
+                    headers.insert(*key, v);
+                }
+            }
+        }
+        dropped
     }
 
-    // A `traceparent` of the W3C form: version-traceid-parentid-flags, hex, ids not all zero.
-    fn is_valid(&self) -> bool {
-        let Some(tp) = self.get("traceparent") else {
-            return false;
-        };
-        let parts: Vec<&str> = tp.split('-').collect();
-        // Lowercase hex only (W3C); version 00 has exactly four fields, a later one may add.
-        let hex = |s: &str, n: usize| {
-            s.len() == n
-                && s.bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        };
-        let nonzero = |s: &str| s.bytes().any(|b| b != b'0');
-        let fields = if parts.first() == Some(&"00") {
-            parts.len() == 4
-        } else {
-            parts.len() >= 4
-        };
-        fields
-            && hex(parts[0], 2)
-            && parts[0] != "ff"
-            && hex(parts[1], 32)
-            && nonzero(parts[1])
-            && hex(parts[2], 16)
-            && nonzero(parts[2])
-            && hex(parts[3], 2)
+    // Whether it names a parent: a `traceparent` (only a valid one is ever held).
+    fn has_parent(&self) -> bool {
+        self.get("traceparent").is_some()
     }
 
     /// The value of `key`, when set.
@@ -138,12 +153,21 @@ impl TraceContext {
         let params = envelope.as_ref().and_then(|e| e.params.as_ref());
         let target = params.and_then(|p| p.name.as_deref().or(p.uri.as_deref()));
         let meta = params.and_then(|p| p.meta.as_ref());
-        let trace = Self::of(|k| meta?.get(k)?.as_str().map(str::to_owned), headers);
+        let (trace, _) = Self::of(
+            |k| {
+                let v = meta?.get(k)?;
+                Some(
+                    v.as_str()
+                        .map_or(Carried::Other, |s| Carried::Text(s.into())),
+                )
+            },
+            headers,
+        );
         span.record(
             "otel.name",
             span_name(method.unwrap_or(unnamed), target.unwrap_or("")),
         );
-        if trace.is_valid() {
+        if trace.has_parent() {
             let _ = span.set_parent(trace.context());
         }
         if let Some(method) = method {
@@ -228,7 +252,7 @@ impl TraceContext {
             return;
         }
         span.record("otel.name", span_name(method, target));
-        if self.is_valid() {
+        if self.has_parent() {
             let _ = span.set_parent(self.context());
         }
         mcp_attributes(span, method, target);
@@ -329,61 +353,6 @@ fn mcp_attributes(span: &tracing::Span, method: &str, target: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
-
-    // A `_meta` lookup over `meta`'s string members.
-    fn lookup(meta: serde_json::Value) -> impl Fn(&str) -> Option<String> {
-        move |k| meta.get(k)?.as_str().map(str::to_owned)
-    }
-
-    #[test]
-    fn meta_wins_over_headers_and_headers_fill_in() {
-        let mut h = HeaderMap::new();
-        h.insert(
-            "traceparent",
-            HeaderValue::from_static("00-11111111111111111111111111111111-2222222222222222-01"),
-        );
-        h.insert("baggage", HeaderValue::from_static("k=v"));
-        let meta = || lookup(serde_json::json!({"traceparent": TP}));
-        assert_eq!(TraceContext::of(meta(), &h).get("traceparent"), Some(TP));
-        assert_eq!(TraceContext::of(meta(), &h).get("baggage"), None);
-        let from_headers = TraceContext::of(|_| None, &h);
-        assert_eq!(from_headers.get("baggage"), Some("k=v"));
-        assert!(from_headers.members().any(|m| m == ("baggage", "k=v")));
-    }
-
-    #[test]
-    fn a_malformed_traceparent_is_no_context() {
-        for bad in [
-            "",
-            "00-zz-b7ad6b7169203331-01",
-            "00-00000000000000000000000000000000-b7ad6b7169203331-01",
-            "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-            // Uppercase hex, and a fifth field on version 00 (W3C: both invalid).
-            "00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
-            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-extra",
-        ] {
-            let meta = lookup(serde_json::json!({"traceparent": bad}));
-            assert!(
-                TraceContext::of(meta, &HeaderMap::new())
-                    .members()
-                    .next()
-                    .is_none(),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn a_later_version_may_add_fields() {
-        let tp = "01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-what-comes-next";
-        let meta = lookup(serde_json::json!({ "traceparent": tp }));
-        assert!(TraceContext::of(meta, &HeaderMap::new())
-            .members()
-            .next()
-            .is_some());
-    }
 
     #[test]
     fn client_chosen_values_too_long_for_a_span_are_left_out() {

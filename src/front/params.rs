@@ -18,7 +18,7 @@ use checked::Refused;
 
 use crate::error::ProxyError;
 use crate::protocol::META_PREFIX;
-use crate::trace_context::TraceContext;
+use crate::trace_context::{TraceContext, KEYS as TRACE_KEYS};
 
 /// Members of a JSON object, raw, keys in order (as a `serde_json::Map` keeps them; a key named
 /// twice was refused by the check).
@@ -166,14 +166,20 @@ impl Params {
         serde_json::from_str(self.raw(key)?.get()).ok()
     }
 
+    /// `_meta[key]`, raw; `None` when absent.
+    pub(crate) fn meta_raw(&self, key: &str) -> Option<&RawValue> {
+        self.meta.as_ref()?.get(key).map(AsRef::as_ref)
+    }
+
     /// `_meta[key]` as a `T`; `None` when absent or of another type.
     pub(crate) fn meta<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
         serde_json::from_str(self.meta.as_ref()?.get(key)?.get()).ok()
     }
 
     /// The params to send upstream: without the modern-only members and `_meta` keys, with the
-    /// leg's trace context in `_meta` (it wins over a same-named key); no `_meta` when nothing is
-    /// left of it. Written from the members' text: what is kept reaches the upstream as it came.
+    /// leg's trace context in `_meta` (checked: the client's own `traceparent`, `tracestate`
+    /// and `baggage` members never go as they came); no `_meta` when nothing is left of it.
+    /// Written from the members' text: what is kept reaches the upstream as it came.
     pub(crate) fn upstream(&self, trace: &TraceContext) -> Option<Box<RawValue>> {
         let mut out =
             Writer::with_capacity(self.members.values().map(|v| v.get().len() + 16).sum());
@@ -186,7 +192,7 @@ impl Params {
             .meta
             .iter()
             .flatten()
-            .filter(|(k, _)| !k.starts_with(META_PREFIX) && trace.get(k).is_none());
+            .filter(|(k, _)| !k.starts_with(META_PREFIX) && !TRACE_KEYS.contains(&k.as_str()));
         let mut meta = Writer::with_capacity(64);
         for (key, value) in kept {
             meta.member(key, value.get().as_bytes());
@@ -332,7 +338,7 @@ mod tests {
         let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
         let mut headers = http::HeaderMap::new();
         headers.insert("traceparent", tp.parse().unwrap());
-        let trace = TraceContext::of(|_| None, &headers);
+        let (trace, _) = TraceContext::of(|_| None, &headers);
         let p = parse(
             r#"{"arguments":{"b": 1.50, "a":"\u00e9"},"_meta":{"traceparent":"old","k\"ey":1}}"#,
         );

@@ -2,7 +2,8 @@
 //! `Mcp-Session-Id`) goes to the upstream unchanged and the answer streams back unchanged —
 //! but for its credentials: [`forward`], the one way a client's request leaves for the
 //! upstream's origin, applies the principal's credentials policy (`[auth]`) itself, so no path
-//! can relay a client's token or a subject header it wrote.
+//! can relay a client's token or a subject header it wrote, nor trace-context headers that do
+//! not validate (`trace_context`).
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::ops::metrics::{Direction, Metrics, Outcome, RequestTimer};
 use crate::protocol::strip_hop_by_hop;
+use crate::trace_context::TraceContext;
 
 /// On whose behalf a request goes upstream: what its credentials may be.
 #[derive(Debug, Clone, Copy)]
@@ -73,8 +75,8 @@ pub(crate) async fn relay_same_path(app: &App, req: Request<Body>) -> Response<B
 }
 
 /// Sends `req` to `path` on the upstream's origin and returns its answer, hop-by-hop headers
-/// removed both ways (counted by the caller, if at all), and its credentials as `behalf` may
-/// have them.
+/// removed both ways (counted by the caller, if at all), its credentials as `behalf` may have
+/// them and its trace-context headers checked ([`TraceContext::check_headers`]).
 ///
 /// # Errors
 /// [`ProxyError::Upstream`] when the upstream cannot be reached.
@@ -89,6 +91,8 @@ pub(super) async fn forward(
         Behalf::Of(who) => app.auth.relay_headers(&mut parts.headers, who),
         Behalf::Nobody => app.auth.scrub(&mut parts.headers),
     }
+    // Trace-context headers that do not validate are not sent on (the body is not looked at).
+    TraceContext::check_headers(&mut parts.headers).count(&app.metrics);
     let upstream = app.pool.client().uri();
     parts.uri = match parts.uri.query() {
         // The common case, the MCP endpoint itself: the upstream's URI as configured.

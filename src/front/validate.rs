@@ -1,7 +1,7 @@
-//! Validation of modern (2026-07-28) requests: mirrored headers, `_meta`, version and method
-//! routing, into a [`ModernRequest`]. Pure functions over headers and a parsed envelope; no IO.
+//! Validation of modern (2026-07-28) requests: mirrored headers (`mirrored`: one table, one
+//! check), `_meta`, version and method routing, into a [`ModernRequest`]. Pure functions over
+//! headers and a parsed envelope; no IO.
 
-use base64::Engine;
 use http::HeaderMap;
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -10,10 +10,13 @@ use super::params::Params;
 use crate::error::ProxyError;
 use crate::jsonrpc::Message;
 use crate::protocol::{
-    META_CAPABILITIES, META_LOG_LEVEL, META_VERSION, METHOD_HEADER, MODERN_VERSION, NAME_HEADER,
-    VERSION_HEADER,
+    META_CAPABILITIES, META_LOG_LEVEL, META_VERSION, METHOD_HEADER, MODERN_VERSION, VERSION_HEADER,
 };
-use crate::trace_context::TraceContext;
+use crate::trace_context::{Carried, Dropped, TraceContext};
+
+mod mirrored;
+
+pub(super) use mirrored::decode_header_value;
 
 /// Where a modern request goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,8 +54,10 @@ pub(super) struct ModernRequest {
     pub(super) progress_token: Option<Value>,
     /// Where it goes.
     pub(super) route: Route,
-    /// Its W3C trace context (`_meta`, else headers).
+    /// Its W3C trace context (`_meta`, else headers), checked.
     pub(super) trace: TraceContext,
+    /// What of the trace context the client sent was not kept.
+    pub(super) trace_dropped: Dropped,
 }
 
 impl ModernRequest {
@@ -90,13 +95,13 @@ pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
     }
 }
 
-/// Validates a modern request: the required `_meta` version, the mirrored headers (checked before
-/// the version is judged: a valid header over another body version is a mismatch, -32020), the
-/// version, the method and its target, then the declared capabilities.
+/// Validates a modern request: the required `_meta` version, the mirrored headers (`mirrored`,
+/// checked before the version is judged: a valid header over another body version is a
+/// mismatch, -32020), the version, the method and its target, then the declared capabilities.
 ///
 /// # Errors
-/// -32602 for missing `_meta` fields or target, -32020 for header mismatches, -32022 for another
-/// version, -32601 for unknown or removed methods.
+/// -32602 for missing `_meta` fields or target, -32020 for a mirrored header missing, not
+/// matching or invalid, -32022 for another version, -32601 for unknown or removed methods.
 pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, ProxyError> {
     let id = msg
         .id
@@ -106,19 +111,12 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
     let body_version: String = params
         .meta(META_VERSION)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
-    mirrored(
-        headers,
-        VERSION_HEADER,
-        "MCP-Protocol-Version",
-        &body_version,
-    )?;
+    let target = mirrored::check(headers, (&method, &body_version), &params)?;
     if body_version != MODERN_VERSION {
         return Err(ProxyError::UnsupportedVersion {
             requested: body_version,
         });
     }
-    mirrored(headers, METHOD_HEADER, "Mcp-Method", &method)?;
-    let target = check_target(headers, &method, &params)?;
     let capabilities = params
         .meta::<Value>(META_CAPABILITIES)
         .filter(Value::is_object)
@@ -127,7 +125,8 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         })?;
     let log_level = params.meta(META_LOG_LEVEL);
     let progress_token = params.meta("progressToken");
-    let trace = TraceContext::of(|k| params.meta(k), headers);
+    let (trace, trace_dropped) =
+        TraceContext::of(|k| params.meta_raw(k).map(Carried::of_json), headers);
     let route = route(&method)?;
     Ok(ModernRequest {
         id,
@@ -139,36 +138,8 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         progress_token,
         route,
         trace,
+        trace_dropped,
     })
-}
-
-// The tool / prompt name or resource uri a method needs must be there, mirrored in `Mcp-Name`.
-fn check_target(headers: &HeaderMap, method: &str, params: &Params) -> Result<String, ProxyError> {
-    let Some(target) = target_of(method, params) else {
-        return match method {
-            "resources/read" => Err(ProxyError::InvalidParams("missing params.uri".into())),
-            "tools/call" | "prompts/get" => {
-                Err(ProxyError::InvalidParams("missing params.name".into()))
-            }
-            "tasks/get" | "tasks/update" | "tasks/cancel" => {
-                Err(ProxyError::InvalidParams("missing params.taskId".into()))
-            }
-            _ => Ok(String::new()),
-        };
-    };
-    match headers
-        .get(NAME_HEADER)
-        .map(|v| decode_header_value(v.as_bytes()))
-    {
-        Some(Some(n)) if n == target => Ok(target),
-        Some(_) => Err(ProxyError::HeaderMismatch(
-            "Mcp-Name does not match the body".into(),
-        )),
-        // A `tasks/*` request without it is taken (FastMCP's tasks client 4.1 sends none); one
-        // that names another task is not.
-        None if method.starts_with("tasks/") => Ok(target),
-        None => Err(ProxyError::HeaderMismatch("missing Mcp-Name header".into())),
-    }
 }
 
 /// Whether a request looks like it comes from a modern client (a modern `_meta` version or
@@ -184,29 +155,6 @@ pub(super) fn looks_modern(headers: &HeaderMap, msg: &Message) -> bool {
     params.get().contains(META_VERSION) || header_str(headers, METHOD_HEADER).is_some()
 }
 
-// A mirrored header must be present and equal to its body value (-32020 otherwise).
-fn mirrored(headers: &HeaderMap, name: &str, label: &str, body: &str) -> Result<(), ProxyError> {
-    match header_str(headers, name) {
-        Some(v) if v == body => Ok(()),
-        Some(_) => Err(ProxyError::HeaderMismatch(format!(
-            "{label} does not match the body"
-        ))),
-        None => Err(ProxyError::HeaderMismatch(format!(
-            "missing {label} header"
-        ))),
-    }
-}
-
-fn target_of(method: &str, params: &Params) -> Option<String> {
-    let field = match method {
-        "tools/call" | "prompts/get" => "name",
-        "resources/read" => "uri",
-        "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
-        _ => return None,
-    };
-    params.get(field)
-}
-
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
     headers
         .get(name)
@@ -214,21 +162,10 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// Decodes a mirrored header value: plain ASCII, or `=?base64?…?=` holding UTF-8.
-pub(super) fn decode_header_value(raw: &[u8]) -> Option<String> {
-    let s = std::str::from_utf8(raw).ok()?.trim();
-    if let Some(b64) = s
-        .strip_prefix("=?base64?")
-        .and_then(|r| r.strip_suffix("?="))
-    {
-        let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-        return String::from_utf8(bytes).ok();
-    }
-    Some(s.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
+    use base64::Engine;
+
     use super::*;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

@@ -15,8 +15,10 @@ mod approvals;
 mod auth;
 mod cluster;
 mod labels;
+mod snapshot;
 mod spans;
 mod tasks;
+mod trace_context;
 
 pub(crate) use approvals::ApprovalMetrics;
 pub(crate) use auth::AuthMetrics;
@@ -24,37 +26,18 @@ pub(crate) use cluster::ClusterMetrics;
 pub(crate) use labels::{
     AcceptFailure, AuthEndpoint, AuthRefusal, Capability, Decision, Direction, Era, Forward,
     ForwardKind, Gathered, IntrospectionSkip, Limit, Method, Outcome, SpanDrop, TaskState,
-    TokenRejection, UpstreamFailure,
+    TokenRejection, TraceDrop, TraceField, UpstreamFailure,
 };
 use labels::{
     AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,
     LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
 };
+pub(crate) use snapshot::Snapshot;
 pub(crate) use spans::spans_dropped;
 pub(crate) use tasks::TaskMetrics;
+pub(crate) use trace_context::TraceContextMetrics;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
-/// Gauges read from the proxy's state at scrape time.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Snapshot {
-    /// Calls parked now.
-    pub(crate) parked: usize,
-    /// Bytes charged to parked calls now (see `state.max_parked_memory`).
-    pub(crate) parked_bytes: usize,
-    /// Bytes charged to tasks now (see `tasks.max_memory`).
-    pub(crate) task_bytes: usize,
-    /// Upstream sessions open now (leased and idle).
-    pub(crate) sessions: usize,
-    /// Idle upstream sessions now.
-    pub(crate) idle_sessions: usize,
-    /// Requests waiting for a session now.
-    pub(crate) session_waiters: usize,
-    /// Upstream sessions `subscriptions/listen` streams pin now.
-    pub(crate) listen_sessions: usize,
-    /// Legacy clients' sessions the proxy serves itself now (see `bridge`).
-    pub(crate) legacy_sessions: usize,
-}
 
 /// Every metric of the process (one instance in `App`).
 #[derive(Debug)]
@@ -87,6 +70,8 @@ pub(crate) struct Metrics {
     pub(crate) auth: AuthMetrics,
     /// Tasks (the tasks extension).
     pub(crate) tasks: TaskMetrics,
+    /// Clients' trace context that was not sent on.
+    pub(crate) trace_context: TraceContextMetrics,
     limits: Family<LimitLabel, Counter>,
     accept_errors: Family<AcceptLabel, Counter>,
     parked: Gauge,
@@ -147,6 +132,7 @@ impl Metrics {
             approvals: ApprovalMetrics::default(),
             auth: AuthMetrics::default(),
             tasks: TaskMetrics::default(),
+            trace_context: TraceContextMetrics::default(),
             limits: Family::default(),
             accept_errors: Family::default(),
             parked: Gauge::default(),
@@ -246,6 +232,7 @@ impl Metrics {
         self.approvals.register(&mut self.registry);
         self.auth.register(&mut self.registry);
         self.tasks.register(&mut self.registry);
+        self.trace_context.register(&mut self.registry);
         self.register_gauges();
     }
 

@@ -52,13 +52,15 @@ def run_tasks_client(url, plan):
     return transcript
 
 
-def run_fastmcp_client(url, plan):
+def run_fastmcp_client(url, plan, fails=False):
+    """Runs FastMCP's tasks client with `plan`; its transcript, which must carry no error unless
+    `fails`."""
     cmd = [str(FASTMCP_PY), str(HERE / "clients" / "py_tasks_client.py"), url, json.dumps(plan)]
     out = subprocess.run(cmd, cwd=str(HERE), capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
     lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
     assert lines, f"fastmcp client printed nothing\nstdout:{out.stdout}\nstderr:{out.stderr}"
     transcript = json.loads(lines[-1])
-    assert "error" not in transcript, transcript
+    assert ("error" in transcript) == fails, transcript
     return transcript
 
 
@@ -249,6 +251,18 @@ def test_fastmcp_a_slow_elicitation_becomes_a_task_and_completes(tasks_stack):
     assert len(out["input_keys"]) == 1
     assert out["elicitations"] == ["What is your name?"]
     assert out["text"] == "Hello, Ada!"
+
+
+@pytest.mark.parametrize("tasks_stack", ["py"], indirect=True)
+def test_fastmcp_as_it_ships_sends_no_mcp_name_on_tasks_and_is_refused(tasks_stack):
+    """FastMCP 4.1.4 leaves out the `Mcp-Name` the tasks extension requires on `tasks/*`: its
+    first `tasks/get` is refused with -32020 (the other tests mirror the header in the client, as
+    a deployment must). When this fails, FastMCP sends it: drop `MirrorTaskId` from the client."""
+    out = run_fastmcp_client(tasks_stack["proxy"].url,
+                             {"tool": "slow_ask", "arguments": {"delay_ms": DELAY_MS}, "mirror_task_id": False},
+                             fails=True)
+    assert out["statuses"] == ["working"], out
+    assert "missing Mcp-Name header: tasks/get must mirror params.taskId" in out["error"], out
 
 
 @pytest.mark.parametrize("tasks_stack", ["py", "ts-sse"], indirect=True)

@@ -418,6 +418,64 @@ def test_tracestate_and_baggage_reach_the_upstream_with_the_call(traced):
         assert call["headers"].get(key) == value, call
 
 
+# What a client may send that must not reach the upstream, one W3C rule broken each.
+BAD_TRACEPARENTS = {
+    "invalid version": "ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "invalid trace id": "00-zzzz651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+    "all-zero trace id": "00-00000000000000000000000000000000-b7ad6b7169203331-01",
+    "all-zero parent id": "00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+    "upper case hex": "00-0AF7651916CD43DD8448EB211C80319C-B7AD6B7169203331-01",
+}
+
+
+@pytest.mark.parametrize("where", ["meta", "headers"])
+def test_a_traceparent_that_does_not_parse_restarts_the_trace_and_its_tracestate_goes_nowhere(traced, where):
+    """With export on, the proxy's span is a root of a trace of its own and the upstream's parent is
+    the proxy's span, never the client's value; the tracestate that came with it is not sent on,
+    the baggage (on its own) is, less its malformed member."""
+    rx, proxy, base = traced["rx"], traced["proxy"], traced["base"]
+    for rule, bad in BAD_TRACEPARENTS.items():
+        rpc_id = unique_id()
+        context = {"traceparent": bad, "tracestate": "vendor=1", "baggage": f"probe={rpc_id},bad key=1"}
+        body = modern(rpc_id, "tools/list", meta=context if where == "meta" else None)
+        status, _ = post(proxy.url, body, headers=context if where == "headers" else None)
+        assert status == 200, rule
+        span = span_of(rx, rpc_id)
+        assert not span.parent_span_id and span.trace_id not in bad, f"{rule}: {span.brief()}"
+        listed = upstream_request(base, span.trace_id, "tools/list")
+        for got in (listed["meta"], listed["headers"]):
+            assert parse_traceparent(got["traceparent"])[0] == span.trace_id, f"{rule}: {listed}"
+            assert "tracestate" not in got, f"{rule}: {listed}"
+            assert got["baggage"] == f"probe={rpc_id}", f"{rule}: {listed}"
+
+
+def test_oversized_tracestate_and_baggage_are_bounded_with_export_on(traced):
+    proxy, base = traced["proxy"], traced["base"]
+    huge = "x" * 65536
+    trace = new_trace()
+    status, _ = post(proxy.url, modern(unique_id(), "tools/list", meta={
+        "traceparent": traceparent(trace, new_span()), "tracestate": huge, "baggage": huge}))
+    assert status == 200
+    listed = upstream_request(base, trace, "tools/list")
+    for got in (listed["meta"], listed["headers"]):
+        assert "tracestate" not in got and "baggage" not in got, listed
+    # Valid lists past the W3C bounds, in headers: cut to them, whole members.
+    state = ",".join(f"v{i}={'s' * 20}" for i in range(400))
+    bag = ",".join(f"k{i}=v{i}" for i in range(300))
+    trace = new_trace()
+    status, _ = post(proxy.url, modern(unique_id(), "tools/list"), headers={
+        "traceparent": traceparent(trace, new_span()), "tracestate": state, "baggage": bag})
+    assert status == 200
+    listed = upstream_request(base, trace, "tools/list")
+    for got in (listed["meta"], listed["headers"]):
+        assert len(got["tracestate"]) <= 512 and state.startswith(got["tracestate"]), listed
+        assert len(got["baggage"].split(",")) == 180 and bag.startswith(got["baggage"]), listed
+    metrics = proxy.metrics()
+    for field in ("tracestate", "baggage"):
+        for reason in ("invalid", "oversized"):
+            assert metrics.sum("mrtr_trace_context_dropped_total", field=field, reason=reason) >= 1, (field, reason)
+
+
 # --- other requests ----------------------------------------------------------------------------
 
 

@@ -39,6 +39,104 @@ async fn header_mismatch_is_400_with_32020() {
     );
 }
 
+/// POSTs `body` with exactly `headers` (and the content type); the status and the JSON answer.
+async fn post_exactly(
+    proxy: &TestProxy,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (StatusCode, serde_json::Value) {
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<mrtr_proxy::body::Body>();
+    let mut req = http::Request::post(proxy.url())
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(mrtr_proxy::body::full(body.to_owned())).unwrap();
+    let resp = http.request(req).await.unwrap();
+    let status = resp.status();
+    let bytes = http_body_util::BodyExt::collect(resp.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    let text = String::from_utf8_lossy(&bytes);
+    // A JSON answer, or the last message of an SSE one.
+    let json = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .next_back()
+        .unwrap_or(&text)
+        .trim()
+        .to_owned();
+    (status, serde_json::from_str(&json).unwrap_or_default())
+}
+
+// Every row of the mirrored-header table (PROTOCOL.md §2.5), through the proxy: on every method
+// that names a target (`Mcp-Name`, the tasks extension's `tasks/*` included) and on one that
+// does not, each mirrored header missing, not matching or sent twice is 400 + -32020, and nothing
+// reaches the upstream; with the headers right, the same request is not refused for them.
+#[tokio::test]
+async fn every_mirrored_header_is_required_on_every_method_that_names_it() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let caps = r#"{"extensions":{"io.modelcontextprotocol/tasks":{}}}"#;
+    let cases = [
+        ("tools/call", Some(("name", "echo"))),
+        ("prompts/get", Some(("name", "greet"))),
+        ("resources/read", Some(("uri", "file:///a.txt"))),
+        ("tasks/get", Some(("taskId", "task-1"))),
+        ("tasks/update", Some(("taskId", "task-1"))),
+        ("tasks/cancel", Some(("taskId", "task-1"))),
+        ("tools/list", None),
+    ];
+    for (i, (method, target)) in cases.into_iter().enumerate() {
+        let member = target.map_or(String::new(), |(f, v)| format!(r#""{f}":"{v}","#));
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":{i},"method":"{method}","params":{{{member}"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{caps}}}}}}}"#
+        );
+        let mut right = vec![
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", method),
+        ];
+        if let Some((_, v)) = target {
+            right.push(("mcp-name", v));
+        }
+        let (_, answer) = post_exactly(&proxy, &body, &right).await;
+        assert_ne!(answer["error"]["code"], -32020, "{method}: {answer}");
+        for (header, value) in right.clone() {
+            let without: Vec<_> = right
+                .iter()
+                .filter(|(k, _)| *k != header)
+                .copied()
+                .collect();
+            let mut other = without.clone();
+            other.push((header, "something-else"));
+            let mut twice = right.clone();
+            twice.push((header, value));
+            for (case, headers) in [
+                ("missing", without),
+                ("not matching", other),
+                ("twice", twice),
+            ] {
+                let (status, answer) = post_exactly(&proxy, &body, &headers).await;
+                assert_eq!(status, StatusCode::BAD_REQUEST, "{method} {header} {case}");
+                assert_eq!(
+                    answer["error"]["code"], -32020,
+                    "{method} {header} {case}: {answer}"
+                );
+                assert_eq!(answer["id"], i, "{method} {header} {case}");
+            }
+        }
+    }
+    // Only the requests with their headers right reached the upstream, once each.
+    let posted = mock.posted();
+    for method in ["tools/call", "prompts/get", "resources/read", "tools/list"] {
+        let n = posted.iter().filter(|m| m["method"] == method).count();
+        assert_eq!(n, 1, "{method}: {posted:?}");
+    }
+}
+
 #[tokio::test]
 async fn unsupported_version_is_400_with_32022_and_supported_list() {
     let mock = Mock::start().await;

@@ -375,6 +375,32 @@ pub(super) struct SpanDropLabel {
     pub(super) reason: SpanDrop,
 }
 
+label_values! {
+    /// A W3C trace-context value of a request.
+    TraceField {
+        Traceparent => "traceparent",
+        Tracestate => "tracestate",
+        Baggage => "baggage",
+    }
+}
+
+label_values! {
+    /// Why a trace-context value was not sent on, whole or in part.
+    TraceDrop {
+        /// It, or some of its members, did not parse (W3C Trace Context, W3C Baggage).
+        Invalid => "invalid",
+        /// Some of its members were past the W3C bounds (`tracestate`: 32 members, 512
+        /// characters; `baggage`: 180 members, 8192 bytes).
+        Oversized => "oversized",
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(super) struct TraceDropLabels {
+    pub(super) field: TraceField,
+    pub(super) reason: TraceDrop,
+}
+
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(super) struct LimitLabel {
     pub(super) limit: Limit,

@@ -10,18 +10,44 @@ plan: {"tool": name, "arguments": {..}, "mode": "result" | "cancel"}
   cancel `call_tool_task`, `cancel()`, then wait for the task's final status
 Every elicitation is accepted with {"name": "Ada"}. Prints one JSON line: task_id, statuses
 (what tasks/get said, in order), elicitations (their messages), text, final, error.
+
+FastMCP 4.1.4 sends no `Mcp-Name` on `tasks/get|update|cancel` (its request types declare no
+`name_param` for mcp's `send_request` to mirror), where the tasks extension says the client MUST
+set it to `params.taskId` and the proxy refuses the request without it (400 + -32020). So the
+client mirrors it here, in an httpx auth hook, as a deployment of this FastMCP must; the plan's
+`"mirror_task_id": false` leaves the client as it ships (the test that it is refused).
 """
 
 import asyncio
 import json
 import sys
 
+import httpx2
 from fastmcp import Client
 from fastmcp.client.elicitation import ElicitResult
+from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp_tasks.client import call_tool_task
 
 RUN_TIMEOUT_S = 30
 WAIT_S = 20
+
+
+class MirrorTaskId(httpx2.Auth):
+    """Sets `Mcp-Name` to `params.taskId` on a `tasks/*` POST that has none."""
+
+    requires_request_body = True
+
+    def auth_flow(self, request):
+        if "mcp-name" not in request.headers:
+            try:
+                body = json.loads(request.content or b"null")
+            except ValueError:
+                body = None
+            if isinstance(body, dict) and str(body.get("method", "")).startswith("tasks/"):
+                task_id = (body.get("params") or {}).get("taskId")
+                if isinstance(task_id, str):
+                    request.headers["Mcp-Name"] = task_id
+        yield request
 
 
 async def main(url, plan, out):
@@ -29,7 +55,9 @@ async def main(url, plan, out):
         out["elicitations"].append(message)
         return ElicitResult(action="accept", content={"name": "Ada"})
 
-    async with Client(url, mode="2026-07-28", elicitation_handler=on_elicit) as client:
+    auth = MirrorTaskId() if plan.get("mirror_task_id", True) else None
+    transport = StreamableHttpTransport(url, auth=auth)
+    async with Client(transport, mode="2026-07-28", elicitation_handler=on_elicit) as client:
         task = await call_tool_task(client, plan["tool"], plan.get("arguments", {}))
         out["task_id"] = task.task_id
         out["statuses"].append(task.create_result.status)
