@@ -88,6 +88,9 @@ impl Bridge {
         let mut opening = self.opening.entry(principal.to_owned()).or_insert(0);
         let bound = self.bound.of(principal);
         if self.held(principal) + *opening >= bound {
+            drop(opening);
+            // A refused principal leaves no entry behind (in header mode they cost nothing).
+            self.opening.remove_if(principal, |_, n| *n == 0);
             return Err(Refused::TooMany(bound));
         }
         *opening += 1;

@@ -179,17 +179,21 @@ async fn answer(
             timer.label(Era::Legacy, metrics::Method::of_http(req.method()));
             let span = tracing::Span::current();
             TraceContext::describe_legacy(&span, (req.headers(), b""), req.method().as_str());
-            if req.method() == Method::DELETE {
-                approval::forget_session(&app, req.headers());
+            // What the approval gate recorded of a deleted session goes once the deletion was
+            // accepted (by the session's owner: another principal's DELETE changes nothing).
+            let deleting = (req.method() == Method::DELETE).then(|| req.headers().clone());
+            let resp = if app.pool.relays_legacy_clients_now().await {
+                let req = req.map(|b| b.map_err(Into::into).boxed());
+                relay::relay(&app, req, &who, timer).await
+            } else if deleting.is_some() {
+                bridge::delete(&app, req.headers(), &who, timer).await
+            } else {
+                bridge::get(&app, req.headers(), &who, timer)
+            };
+            if let Some(headers) = deleting.filter(|_| resp.status().is_success()) {
+                approval::forget_session(&app, &headers);
             }
-            if !app.pool.relays_legacy_clients_now().await {
-                return match *req.method() {
-                    Method::GET => bridge::get(&app, req.headers(), &who, timer),
-                    _ => bridge::delete(&app, req.headers(), &who, timer).await,
-                };
-            }
-            let req = req.map(|b| b.map_err(Into::into).boxed());
-            relay::relay(&app, req, &who, timer).await
+            resp
         }
         _ => {
             let mut r = edge::fail(timer, &ProxyError::MethodNotAllowed, None);

@@ -261,7 +261,11 @@ fn listen(app: &Arc<App>, (sse_id, client): (&str, &Arc<SseClient>), session: &A
             }
         }
         if session.is_dead() {
-            app.bridge.close_sse(&sse_id);
+            // Closed, not only forgotten: the questions pending on it end (their tasks hold the
+            // stream's sender), so the stream closes.
+            if let Some(client) = app.bridge.close_sse(&sse_id) {
+                let _ = client.close();
+            }
         }
     });
 }

@@ -141,3 +141,22 @@ async fn over_http_sse_found_by_auto_a_legacy_client_arriving_first_is_bridged()
         .await;
     assert_eq!(answer["id"], 1, "{answer}");
 }
+
+#[tokio::test]
+async fn another_principals_delete_does_not_unmake_a_sessions_inline_approvals() {
+    // `progress` is gated; alice's session declared elicitation, so the proxy asks her inline.
+    // Bob's DELETE of her session id is refused (404): what the gate knows of it stays.
+    let up = start_sse().await.unwrap();
+    let config = "transport = \"sse\"\n[approval.tools.progress]\n";
+    let p = TestProxy::start(&up.url(), config).await;
+    let mut alice = Legacy::new(&p).speaking_for("Bearer alice");
+    alice.initialize("alice").await;
+    let sid = alice.sid.clone().unwrap();
+    let bob = Legacy::new(&p)
+        .speaking_for("Bearer bob")
+        .with_session(&sid);
+    assert_eq!(bob.delete().await, StatusCode::NOT_FOUND);
+    let mut call = alice.call(json!("c"), "progress").await;
+    let asked = call.next().await;
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+}
