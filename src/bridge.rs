@@ -12,7 +12,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -21,6 +21,7 @@ use futures_util::future::join_all;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::sync::lock;
 use crate::upstream::{OwnSession, Owner, PrincipalBound, SinkFuture};
 
 /// Messages held for a GET stream not open yet (the oldest go first past it).
@@ -484,8 +485,4 @@ impl Drop for Busy {
         self.0.busy.fetch_sub(1, Ordering::Relaxed);
         self.0.touch();
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -155,7 +155,6 @@ pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
         upstream: Upstream::Idle,
         upstream_status: None,
         early_inbox: None,
-        task: None,
         legacy_task: None,
         leg_opened: Instant::now(),
         inbox_tx,
@@ -216,12 +215,11 @@ enum Upstream {
     InFlight { id: i64, stream: ResponseStream },
 }
 
-/// The task the call became (see `task`).
+/// The task the call became (see `task`): what `Phase::Detached` runs with.
+#[derive(Debug)]
 struct TaskRun {
     guard: crate::tasks::TaskGuard,
     control: mpsc::Receiver<Control>,
-    /// Keys already listed on the task (each listed once, answered once).
-    listed: std::collections::HashSet<String>,
 }
 
 /// The upstream's own (2025-11-25) task a call waits on (see `legacy_task`).
@@ -244,7 +242,7 @@ struct Parking {
 struct Call {
     ctx: Arc<CallContext>,
     spec: CallSpec,
-    phase: Phase,
+    phase: Phase<TaskRun>,
     rounds: Rounds,
     replay: ReplayState,
     parking: Option<Parking>,
@@ -254,8 +252,6 @@ struct Call {
     upstream_status: Option<u16>,
     /// A GET-stream server request that arrived while the call waited for its response headers.
     early_inbox: Option<Bytes>,
-    /// The task the call became, if it did.
-    task: Option<TaskRun>,
     /// The upstream's own (2025-11-25) task the call waits on, for a tool that runs only as one.
     legacy_task: Option<LegacyTask>,
     /// When the open exchange began (the first request, or the retry that resumed the call):
@@ -367,13 +363,11 @@ impl Call {
             parking,
             upstream,
             inbox_rx,
-            task,
             ..
         } = self;
-        let task_deadline = task.as_ref().map(|t| t.guard.deadline());
-        let task_control = task.as_mut().map(|t| t.control.recv());
         let mut shutdown = ctx.shutdown.clone();
         let (gather, deadline) = (phase.gathering(), phase.deadline());
+        let task_deadline = phase.task().map(|t| t.guard.deadline());
         let retries = parking.as_mut().filter(|_| deadline.is_some());
         let stream = match upstream {
             Upstream::InFlight { stream, .. } => Some(stream),
@@ -386,7 +380,8 @@ impl Call {
             .filter(|_| phase.awaits_upstream())
             .and_then(|s| s.last_activity())
             .map(|t| t + ctx.sse_idle_timeout);
-        let leg = phase.leg();
+        let (leg, task) = phase.waits_on();
+        let task_control = task.map(|t| t.control.recv());
         // Biased: a retry already claimed (its token checked) is served before a deadline that
         // fires in the same instant.
         tokio::select! {

@@ -150,8 +150,14 @@ impl Asked {
     /// the requested schema.
     ///
     /// # Errors
-    /// A message naming what is wrong (the field and the rule, never the value given).
+    /// `inputResponses["<key>"]: <what is wrong>` (the field and the rule, never the value
+    /// given): the one form every way an answer comes in reports it.
     pub(crate) fn check(&self, answer: &Value) -> Result<(), String> {
+        self.fits(answer)
+            .map_err(|why| format!("inputResponses[\"{}\"]: {why}", self.key))
+    }
+
+    fn fits(&self, answer: &Value) -> Result<(), String> {
         validate_answer(self.kind, answer)?;
         let Some(schema) = &self.schema else {
             return Ok(());
@@ -167,6 +173,42 @@ impl Asked {
             .map(|e| schema_violation(&e));
         violation.map_or(Ok(()), Err)
     }
+}
+
+impl Asked {
+    /// What answers the embedded request `embedded` (`{method, params}`) listed under `key`:
+    /// its kind from the method, its schema compiled from the params (remembered by its text,
+    /// so a record that keeps only what the client sees costs no compile per answer). `None`
+    /// when the method is not one of the three kinds.
+    pub(crate) fn from_embedded(key: &str, embedded: &Value) -> Option<Self> {
+        let kind = InputKind::from_method(embedded.get("method")?.as_str()?)?;
+        Some(Self {
+            key: key.to_owned(),
+            kind,
+            schema: compile_schema(kind, embedded.get("params")),
+        })
+    }
+}
+
+/// The one answer check: the answers in `answers` to the requests in `asked` (keys asked for
+/// and not answered are left out, as are answers to keys not asked for), each checked against
+/// what it answers. All or nothing: one answer that does not fit refuses them all.
+///
+/// # Errors
+/// `inputResponses["<key>"]: <what is wrong>`, for the first answer that does not fit (never
+/// its value: answers are not echoed or logged).
+pub(crate) fn answered<'a>(
+    asked: impl IntoIterator<Item = &'a Asked>,
+    answers: &'a Map<String, Value>,
+) -> Result<Vec<(&'a Asked, &'a Value)>, String> {
+    let mut taken = Vec::new();
+    for a in asked {
+        if let Some(answer) = answers.get(&a.key) {
+            a.check(answer)?;
+            taken.push((a, answer));
+        }
+    }
+    Ok(taken)
 }
 
 /// The compiled `requestedSchema` of a form elicitation (remembered by its text: see
@@ -363,6 +405,30 @@ mod tests {
             "remote references are never fetched"
         );
         assert!(compile_schema(InputKind::Sampling, Some(&params)).is_none());
+    }
+
+    #[test]
+    fn answers_are_checked_all_or_nothing_under_one_error_form() {
+        let embedded = json!({"method": "elicitation/create", "params": {"message": "m",
+            "requestedSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}}});
+        let one = Asked::from_embedded("elicitation-1", &embedded).unwrap();
+        let two = Asked::from_embedded("roots-2", &json!({"method": "roots/list"})).unwrap();
+        assert!(one.schema.is_some() && two.kind == InputKind::Roots);
+        assert!(Asked::from_embedded("x", &json!({"method": "tools/call"})).is_none());
+        let asked = [one, two];
+        let answers = json!({"elicitation-1": {"action": "accept", "content": {"n": 3}},
+            "other": {"ignored": true}});
+        let taken = answered(&asked, answers.as_object().unwrap()).unwrap();
+        assert_eq!(
+            taken.len(),
+            1,
+            "unasked keys are left out, unanswered ones too"
+        );
+        assert_eq!(taken[0].0.key, "elicitation-1");
+        let bad = json!({"elicitation-1": {"action": "accept", "content": {"n": 3}},
+            "roots-2": {"roots": [{}]}});
+        let e = answered(&asked, bad.as_object().unwrap()).unwrap_err();
+        assert_eq!(e, "inputResponses[\"roots-2\"]: every root needs a uri");
     }
 
     #[test]

@@ -44,6 +44,7 @@ mod rewrite;
 pub mod server;
 pub mod sse;
 pub mod state;
+mod sync;
 mod tasks;
 mod trace_context;
 mod upstream;

@@ -2,12 +2,300 @@
 //! a `tools/call` that runs long is answered with a task the client polls (`tasks/get`), answers
 //! (`tasks/update`) and may cancel (`tasks/cancel`) while the upstream call goes on.
 //!
-//! This module is the record of the tasks on this instance, between the front (which reads and
-//! answers through it) and the call actor (which runs each task and writes its status): ids,
-//! bounds, lifetime and the wire shapes. The actor hears the client only through [`Control`];
-//! the front never sees the actor.
+//! Who does what:
+//! - `record`: the task as a store keeps it ([`record::TaskRecord`], pure and serializable) and
+//!   the one function that changes it;
+//! - `store`: where records live ([`store::TaskStore`]; `MemoryStore` today) and who holds each;
+//! - `guard`: the call actor's side, the task's one writer ([`TaskGuard`]): its changes, and the
+//!   metrics and logs of its transitions;
+//! - `local`: what this process keeps of the tasks it holds (charges, mailboxes);
+//! - `view`: the wire shapes;
+//! - this file, the front's side ([`Tasks`]): creation, reads, and the client's answers and
+//!   cancellations checked here, then posted to the holder's mailbox ([`Control`]) — never
+//!   written by the front.
 
+mod guard;
+mod local;
+mod record;
 mod store;
 mod view;
 
-pub(crate) use store::{owner_of, unknown, Control, TaskGuard, Tasks};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+pub(crate) use guard::TaskGuard;
+pub(crate) use local::Control;
+use local::{now_ms, Local, RUNNING_TASK_BYTES};
+pub(crate) use record::Change;
+use record::{Lifetime, TaskRecord};
+use store::{MemoryStore, StoreError, TaskStore};
+
+use crate::config;
+use crate::error::ProxyError;
+use crate::input::{self, Asked};
+use crate::ops::metrics::Metrics;
+use crate::state::random_id;
+use crate::upstream::Credentials;
+
+/// What one task is charged besides its params and its result, until its TTL: its record and
+/// the inputs it asks.
+pub(crate) const TASK_OVERHEAD: usize = 16 * 1024;
+/// Bytes of randomness in a task id (128 bits: the id is a handle, though bound to a principal).
+const ID_BYTES: usize = 16;
+/// Client messages a task's actor may have queued.
+const MAILBOX: usize = 64;
+/// How long `tasks/update` waits for the task's actor to take its answers (it takes them as
+/// its next event, normally within microseconds; an actor stuck longer is reported busy).
+const TAKEN_WITHIN: Duration = Duration::from_secs(10);
+
+/// How a task's owner is named in its id: `<instance id>.<128 random bits>`.
+const ID_SEPARATOR: char = '.';
+
+/// The instance that created task `id` (the part before the last separator), when it has one.
+pub(crate) fn owner_of(id: &str) -> Option<&str> {
+    id.rsplit_once(ID_SEPARATOR)
+        .map(|(owner, _)| owner)
+        .filter(|o| !o.is_empty())
+}
+
+/// An unknown task, an expired one and another principal's look the same (-32602).
+pub(crate) fn unknown() -> ProxyError {
+    ProxyError::InvalidParams("unknown or expired taskId".into())
+}
+
+/// Where a `tasks/*` request for a task is served.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// This instance holds it (or nobody does: then it is unknown here).
+    Here,
+    /// Another instance holds it.
+    Holder(String),
+}
+
+/// The tasks, as the front and the call actors see them.
+#[derive(Debug)]
+pub(crate) struct Tasks {
+    store: Arc<dyn TaskStore>,
+    local: Arc<Local>,
+    config: config::Tasks,
+    owner: String,
+    metrics: Arc<Metrics>,
+}
+
+impl From<StoreError> for ProxyError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Unknown => unknown(),
+            e @ StoreError::Conflict => Self::Overloaded(format!("{e}; retry later")),
+        }
+    }
+}
+
+impl Tasks {
+    /// No tasks yet, in this process's memory; ids name `owner` (this instance).
+    pub(crate) fn new(config: config::Tasks, owner: String, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            store: Arc::new(MemoryStore::new()),
+            local: Arc::new(Local::new(config.bounds())),
+            config,
+            owner,
+            metrics,
+        })
+    }
+
+    /// How long a task lives (also asked of an upstream's legacy task).
+    pub(crate) fn ttl(&self) -> Duration {
+        self.config.ttl
+    }
+
+    /// Bytes charged to the tasks this instance holds.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.local.held_bytes()
+    }
+
+    /// Ids of tasks that changed, for `subscriptions/listen` (which reads each with `get`).
+    pub(crate) fn changes(&self) -> broadcast::Receiver<Arc<str>> {
+        self.store.changes()
+    }
+
+    /// Creates a task for `principal` charged `held` bytes (its params) plus the overhead, and
+    /// stores it: the actor gets its guard, its mailbox, and the `Task` to answer with.
+    ///
+    /// # Errors
+    /// [`ProxyError::Overloaded`] past `tasks.max`, `tasks.max_per_principal` or
+    /// `tasks.max_memory`, or when the store did not take it (then there is no task).
+    pub(crate) async fn create(
+        &self,
+        principal: &str,
+        held: usize,
+    ) -> Result<(TaskGuard, mpsc::Receiver<Control>, Value), ProxyError> {
+        let bytes = held
+            .saturating_add(TASK_OVERHEAD)
+            .saturating_add(RUNNING_TASK_BYTES);
+        self.local.admit(principal, bytes)?;
+        let id = format!("{}{ID_SEPARATOR}{}", self.owner, random_id(ID_BYTES));
+        let record = TaskRecord::new(id.clone(), principal.to_owned(), now_ms(), self.lifetime());
+        let created = view::task(&record);
+        if let Err(e) = self.store.create(record.clone(), &self.owner).await {
+            self.local.refund(principal, bytes);
+            return Err(e.into());
+        }
+        let deadline = Instant::now() + self.config.ttl;
+        let (mailbox, rx) = mpsc::channel(MAILBOX);
+        self.local.hold(id, (principal, bytes), deadline, mailbox);
+        let parts = (
+            Arc::clone(&self.store),
+            Arc::clone(&self.local),
+            Arc::clone(&self.metrics),
+        );
+        Ok((TaskGuard::new(parts, &record, deadline), rx, created))
+    }
+
+    /// Where a request for task `id` is served: the holder the store names, or (a task the
+    /// store does not know) the instance its id names.
+    pub(crate) async fn route(&self, id: &str) -> Result<Route, ProxyError> {
+        let holder = self.store.holder(id).await?;
+        let holder = holder.as_deref().or_else(|| owner_of(id));
+        Ok(match holder {
+            Some(h) if h != self.owner => Route::Holder(h.to_owned()),
+            _ => Route::Here,
+        })
+    }
+
+    // The record of `id` as `principal` may see it (live, its own).
+    async fn record(&self, id: &str, principal: &str) -> Result<TaskRecord, ProxyError> {
+        let record = self.store.get(id).await?;
+        record
+            .filter(|r| r.visible_to(principal, now_ms()))
+            .ok_or_else(unknown)
+    }
+
+    /// Whether `principal` may see task `id`.
+    pub(crate) async fn visible(&self, id: &str, principal: &str) -> bool {
+        self.record(id, principal).await.is_ok()
+    }
+
+    /// `tasks/get`: the `DetailedTask` of `id`, as `principal` may see it.
+    ///
+    /// # Errors
+    /// -32602 for an unknown or expired id, or another principal's.
+    pub(crate) async fn get(&self, id: &str, principal: &str) -> Result<Value, ProxyError> {
+        Ok(view::detailed(&self.record(id, principal).await?))
+    }
+
+    /// `tasks/update`: the answers to outstanding requests (others are ignored: unknown, or
+    /// answered already) are checked and posted to the task's actor, which takes them off the
+    /// list (the task is `working` again once none is outstanding) before this returns.
+    ///
+    /// # Errors
+    /// -32602 for an unknown task, or an answer that does not fit what it answers (then none is
+    /// taken); busy when the actor's mailbox is full or it does not take them in time.
+    pub(crate) async fn update(
+        &self,
+        id: &str,
+        principal: &str,
+        answers: &Map<String, Value>,
+        (credentials, span): (&Credentials, tracing::Span),
+    ) -> Result<(), ProxyError> {
+        let record = self.record(id, principal).await?;
+        let asked: Vec<Asked> = (record.input_requests.iter())
+            .filter_map(|(key, embedded)| Asked::from_embedded(key, embedded))
+            .collect();
+        let taken: Map<String, Value> = input::answered(&asked, answers)
+            .map_err(ProxyError::BadRetry)?
+            .into_iter()
+            .map(|(asked, answer)| (asked.key.clone(), answer.clone()))
+            .collect();
+        if taken.is_empty() {
+            return Ok(());
+        }
+        let Some(mailbox) = self.local.mailbox(id) else {
+            return Err(unknown());
+        };
+        let (tx, rx) = oneshot::channel();
+        let control = Control::Answers {
+            answers: taken,
+            credentials: credentials.clone(),
+            span,
+            taken: tx,
+        };
+        post(&mailbox, control)?;
+        // Closed unanswered: the task ended meanwhile, and its answers with it.
+        match tokio::time::timeout(TAKEN_WITHIN, rx).await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(busy()),
+        }
+    }
+
+    /// `tasks/cancel`: asks the task's actor to cancel it (the status becomes `cancelled` when
+    /// the upstream call is abandoned).
+    ///
+    /// # Errors
+    /// -32602 for an unknown task or one already finished.
+    pub(crate) async fn cancel(&self, id: &str, principal: &str) -> Result<(), ProxyError> {
+        let record = self.record(id, principal).await?;
+        if record.status.is_terminal() {
+            return Err(ProxyError::InvalidParams(
+                "the task has already finished".into(),
+            ));
+        }
+        match self.local.mailbox(id) {
+            Some(mailbox) => post(&mailbox, Control::Cancel),
+            None => Err(unknown()),
+        }
+    }
+
+    /// Drops the tasks past their TTL (running ones were cancelled by their actor at that
+    /// moment) and gives back what this instance charged for them.
+    pub(crate) async fn sweep(&self) {
+        for status in self.local.expire(Instant::now()) {
+            self.metrics.tasks.moved(Some(guard::state(status)), None);
+        }
+        match self.store.sweep(now_ms()).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(dropped = n, "tasks dropped at their TTL"),
+            Err(e) => tracing::warn!(error = %e, "task sweep failed"),
+        }
+    }
+
+    fn lifetime(&self) -> Lifetime {
+        Lifetime {
+            ttl_ms: millis(self.config.ttl),
+            poll_interval_ms: millis(self.config.poll_interval),
+        }
+    }
+}
+
+// Posts `control` to a task's actor. Full: client messages are queued already (the actor reads
+// them in order); closed: the task ended meanwhile, which its record says.
+fn post(mailbox: &mpsc::Sender<Control>, control: Control) -> Result<(), ProxyError> {
+    match mailbox.try_send(control) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(busy()),
+    }
+}
+
+fn busy() -> ProxyError {
+    ProxyError::Overloaded("the task is busy; retry later".into())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_owner_is_everything_before_the_last_separator() {
+        assert_eq!(owner_of("inst-1.abc"), Some("inst-1"));
+        assert_eq!(owner_of("a.b.c"), Some("a.b"));
+        assert_eq!(owner_of("nodot"), None);
+        assert_eq!(owner_of(".abc"), None);
+    }
+}

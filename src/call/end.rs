@@ -40,13 +40,13 @@ impl Call {
             self.rounds.ask_url_elicitations(&elicitations);
             if self.rounds.has_pending() {
                 // A task lists them; a call answers them as a round.
-                self.list_inputs();
+                self.list_inputs().await;
                 // A round (parked already, the elicitations join the next one).
                 return self.park().await;
             }
         }
         // A task: its final status.
-        let Some(msg) = self.finish_task(msg) else {
+        let Some(msg) = self.finish_task(msg).await else {
             return;
         };
         // Parked: held for the next retry.
@@ -111,7 +111,7 @@ impl Call {
         TraceContext::failed(&self.spec.upstream_span, err.to_error_object().code);
         // A task's failure is its final status; then, as for a parked call, there is no
         // exchange to carry it.
-        self.fail_task(&err);
+        self.fail_task(&err).await;
         if let Some(leg) = self.phase.finish() {
             let outcome = Outcome::error(&err, &leg.id);
             leg.finish(outcome).await;

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::{Call, Leg};
 use crate::jsonrpc::{self, Message};
+use crate::tasks::Change;
 
 impl Call {
     pub(super) async fn on_notification(&mut self, msg: &Message) {
@@ -15,8 +16,9 @@ impl Call {
                     if !relay_progress(leg, msg) {
                         self.ctx.metrics.notification_dropped();
                     }
-                } else if let Some(task) = &self.task {
-                    task.guard.progress(progress_message(msg));
+                } else {
+                    let message = progress_message(msg);
+                    self.write_task(Change::Progress { message }).await;
                 }
             }
             "notifications/message" => {
@@ -30,8 +32,9 @@ impl Call {
             "notifications/tasks/status" => {
                 let params = msg.params_value().unwrap_or_default();
                 let message = params.get("statusMessage").and_then(Value::as_str);
-                if let (Some(task), Some(m)) = (&self.task, message) {
-                    task.guard.progress(Some(m.to_owned()));
+                if let Some(m) = message {
+                    let message = Some(m.to_owned());
+                    self.write_task(Change::Progress { message }).await;
                 }
             }
             // URL-mode completion is a legacy-only notification: consumed here, never relayed.
@@ -49,7 +52,7 @@ impl Call {
                     .and_then(|rid| self.rounds.forget(&rid.to_string()));
                 if let Some(key) = key {
                     tracing::debug!(key, "the upstream withdrew one of its requests");
-                    self.unlist(&key);
+                    self.write_task(Change::Withdraw { key }).await;
                 }
             }
             _ => {}

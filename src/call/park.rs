@@ -64,7 +64,7 @@ impl Call {
         self.rounds.ask(kind, id, params.as_ref());
         if self.phase.is_detached() {
             // A task lists it at once: the client polls for it.
-            return self.list_inputs();
+            return self.list_inputs().await;
         }
         // The first request of a round opens the gather (a window, or only what already came,
         // as learned for the target); while parked, requests simply join the next round.

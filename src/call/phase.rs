@@ -9,12 +9,13 @@ use tokio::time::Instant;
 use super::leg::Leg;
 use crate::jsonrpc::Message;
 
-/// The call's phase. Only the transitions below change it.
+/// The call's phase; `T` is what a call that became a task runs it with (the actor's
+/// `TaskRun`: generic so that this file stays pure). Only the transitions below change it.
 #[derive(Debug)]
-pub(super) struct Phase(State);
+pub(super) struct Phase<T>(State<T>);
 
 #[derive(Debug)]
-enum State {
+enum State<T> {
     /// A client exchange is open and the upstream is working.
     Running(Leg),
     /// Server requests came while an exchange was open; more may join the round until `until`
@@ -30,13 +31,13 @@ enum State {
     /// A retry was claimed; its answers are on their way upstream.
     Resuming(Leg),
     /// Answered with a task (the tasks extension): no exchange is ever open again; the client
-    /// polls the task, and its answers come through the task.
-    Detached,
+    /// polls the task, and its answers come through the task it runs with.
+    Detached(T),
     /// Over.
     Done,
 }
 
-impl Phase {
+impl<T> Phase<T> {
     /// A fresh call: running, on the client's first exchange.
     pub(super) fn start(first: Leg) -> Self {
         Self(State::Running(first))
@@ -46,7 +47,7 @@ impl Phase {
     pub(super) fn leg(&self) -> Option<&Leg> {
         match &self.0 {
             State::Running(leg) | State::Resuming(leg) | State::Gathering { leg, .. } => Some(leg),
-            State::Parked { .. } | State::Detached | State::Done => None,
+            State::Parked { .. } | State::Detached(_) | State::Done => None,
         }
     }
 
@@ -58,7 +59,35 @@ impl Phase {
 
     /// Whether the call runs as a task.
     pub(super) fn is_detached(&self) -> bool {
-        matches!(self.0, State::Detached)
+        matches!(self.0, State::Detached(_))
+    }
+
+    /// The task the call runs as, once detached.
+    pub(super) fn task(&self) -> Option<&T> {
+        match &self.0 {
+            State::Detached(task) => Some(task),
+            _ => None,
+        }
+    }
+
+    /// The task the call runs as, once detached, to write.
+    pub(super) fn task_mut(&mut self) -> Option<&mut T> {
+        match &mut self.0 {
+            State::Detached(task) => Some(task),
+            _ => None,
+        }
+    }
+
+    /// What the actor waits on: the open exchange (closed by the client) or the task (its
+    /// client messages); at most one of them.
+    pub(super) fn waits_on(&mut self) -> (Option<&Leg>, Option<&mut T>) {
+        match &mut self.0 {
+            State::Detached(task) => (None, Some(task)),
+            State::Running(leg) | State::Resuming(leg) | State::Gathering { leg, .. } => {
+                (Some(leg), None)
+            }
+            State::Parked { .. } | State::Done => (None, None),
+        }
     }
 
     /// Whether the call is over.
@@ -156,18 +185,21 @@ impl Phase {
         }
     }
 
-    /// Running → Detached: the call becomes a task. Returns the open exchange, to be answered
-    /// with the task; `None` (phase untouched) from any other phase: a call gathering a round
+    /// Running → Detached: the call becomes `task`. Returns the open exchange, to be answered
+    /// with the task.
+    ///
+    /// # Errors
+    /// Gives `task` back (phase untouched) from any other phase: a call gathering a round
     /// answers it first (the MRTR rounds come before the task), and only a running one is due.
-    pub(super) fn detach(&mut self) -> Option<Leg> {
+    pub(super) fn detach(&mut self, task: T) -> Result<Leg, T> {
         match std::mem::replace(&mut self.0, State::Done) {
             State::Running(leg) => {
-                self.0 = State::Detached;
-                Some(leg)
+                self.0 = State::Detached(task);
+                Ok(leg)
             }
             other => {
                 self.0 = other;
-                None
+                Err(task)
             }
         }
     }
@@ -215,6 +247,9 @@ mod tests {
 
     use super::*;
 
+    /// A phase whose task is nothing: this file knows nothing of tasks.
+    type Phase = super::Phase<()>;
+
     fn leg(id: &str) -> Leg {
         let id = RawValue::from_string(id.to_owned()).unwrap();
         Leg::open(id, None, None).0
@@ -244,7 +279,7 @@ mod tests {
         let mut done = Phase::start(leg("6"));
         done.finish();
         let mut detached = Phase::start(leg("7"));
-        detached.detach();
+        detached.detach(()).unwrap();
         vec![
             Phase::start(leg("1")),
             gathering,
@@ -258,8 +293,8 @@ mod tests {
     #[test]
     fn only_a_running_call_becomes_a_task_and_never_goes_back() {
         let mut phase = Phase::start(leg("1"));
-        assert_eq!(id(phase.detach().as_ref()), Some("1"));
-        assert!(phase.is_detached());
+        assert_eq!(id(phase.detach(()).ok().as_ref()), Some("1"));
+        assert!(phase.is_detached() && phase.task().is_some());
         assert!(phase.leg().is_none());
         assert!(
             !phase.awaits_upstream(),
@@ -274,7 +309,7 @@ mod tests {
         assert!(phase.hold(final_message()).is_some(), "the task takes it");
         for mut phase in every_phase().into_iter().skip(1) {
             let before = format!("{phase:?}");
-            assert!(phase.detach().is_none());
+            assert!(phase.detach(()).is_err());
             assert_eq!(format!("{phase:?}"), before, "left as it was");
         }
         assert!(phase.finish().is_none());

@@ -15,9 +15,10 @@ use tokio::sync::mpsc;
 use super::leg::Leg;
 use crate::config::HeldBounds;
 use crate::error::ProxyError;
-use crate::input::Asked;
+use crate::input::{self, Asked};
 use crate::limits::Quota;
 use crate::state::{Claims, TokenError};
+use crate::sync::lock;
 use crate::upstream::Credentials;
 
 /// A retry delivered to a parked call.
@@ -66,10 +67,12 @@ pub(crate) struct Parked {
     round: Mutex<Round>,
 }
 
-#[derive(Debug, Default)]
+/// The round a retry may claim: its single-use `jti`, and what it asks (shared with the call's
+/// round, not copied).
+#[derive(Debug)]
 struct Round {
     jti: Option<String>,
-    pending: Vec<Asked>,
+    pending: Arc<[Asked]>,
 }
 
 /// Held by the call actor; retiring the entry when dropped, if the actor did not first.
@@ -121,7 +124,10 @@ impl ParkedCalls {
             request: request.to_owned(),
             bytes,
             tx,
-            round: Mutex::new(Round::default()),
+            round: Mutex::new(Round {
+                jti: None,
+                pending: Arc::new([]),
+            }),
         });
         self.map
             .insert(handle.clone(), Slot::Live(Arc::clone(&entry)));
@@ -155,21 +161,11 @@ impl ParkedCalls {
         if entry.principal != claims.principal || entry.request != claims.request {
             return Err(TokenError::Invalid.into());
         }
-        let mut round = entry
-            .round
-            .lock()
-            .map_err(|_| ProxyError::Internal("poisoned round lock".into()))?;
+        let mut round = lock(&entry.round);
         if round.jti.as_deref() != Some(claims.token_id.as_str()) {
             return Err(TokenError::AlreadyUsed.into());
         }
-        for asked in &round.pending {
-            let key = &asked.key;
-            if let Some(answer) = answers.get(key) {
-                asked.check(answer).map_err(|why| {
-                    ProxyError::BadRetry(format!("inputResponses[\"{key}\"]: {why}"))
-                })?;
-            }
-        }
+        input::answered(round.pending.iter(), answers).map_err(ProxyError::BadRetry)?;
         round.jti = None;
         Ok(entry.tx.clone())
     }
@@ -186,18 +182,15 @@ impl ParkedCalls {
 
 impl ParkGuard {
     /// Publishes a new round: its single-use `jti` and the keys (with kinds) it asks for.
-    pub(crate) fn open_round(&self, jti: &str, pending: Vec<Asked>) {
-        if let Ok(mut r) = self.entry.round.lock() {
-            r.jti = Some(jti.to_owned());
-            r.pending = pending;
-        }
+    pub(crate) fn open_round(&self, jti: &str, pending: Arc<[Asked]>) {
+        let mut r = lock(&self.entry.round);
+        r.jti = Some(jti.to_owned());
+        r.pending = pending;
     }
 
     /// Invalidates the current round's token (the call is running again or ending).
     pub(crate) fn close_round(&self) {
-        if let Ok(mut r) = self.entry.round.lock() {
-            r.jti = None;
-        }
+        lock(&self.entry.round).jti = None;
     }
 
     /// The handle.
@@ -270,7 +263,7 @@ mod tests {
             kind: crate::input::InputKind::Elicitation,
             schema: None,
         };
-        guard.open_round("j1", vec![asked]);
+        guard.open_round("j1", Arc::new([asked]));
         let none = Map::new();
         let mut other = claims("h", "j1");
         other.principal = "q".into();
@@ -284,12 +277,31 @@ mod tests {
     }
 
     #[test]
+    fn a_round_whose_lock_was_poisoned_still_opens_and_is_claimed() {
+        let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
+        let (tx, _rx) = mpsc::channel(1);
+        let guard = calls.register("h".into(), ("p", "r"), 0, tx).unwrap();
+        let entry = Arc::clone(&guard.entry);
+        let poisoned = std::thread::spawn(move || {
+            let _held = entry.round.lock().unwrap();
+            panic!("a panic while the round is locked");
+        })
+        .join();
+        assert!(poisoned.is_err() && guard.entry.round.is_poisoned());
+        guard.open_round("j1", Arc::new([]));
+        assert!(
+            calls.claim(&claims("h", "j1"), &Map::new()).is_ok(),
+            "the round opened and its retry is taken, not refused until the TTL"
+        );
+    }
+
+    #[test]
     fn retiring_closes_the_entry_at_once_and_counts_it_once() {
         let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
         let (tx, _rx) = mpsc::channel(1);
         let mut guard = calls.register("h".into(), ("p", "r"), 100, tx).unwrap();
         assert_eq!(calls.held_bytes(), 100 + PARKED_CALL_OVERHEAD);
-        guard.open_round("j1", Vec::new());
+        guard.open_round("j1", Arc::new([]));
         assert_eq!(calls.len(), 1);
         guard.retire("the call expired");
         guard.retire("a second reason is ignored");

@@ -27,8 +27,8 @@ pub(super) struct Rounds {
 /// A server request waiting for the client's answer.
 #[derive(Debug)]
 struct Pending {
-    key: String,
-    kind: InputKind,
+    /// Its key, what it asks and how an answer is checked.
+    asked: Asked,
     /// Raw JSON id of the upstream request; `None` for a URL elicitation made from -32042, which
     /// is answered by re-issuing the call rather than by a response.
     upstream_id: Option<String>,
@@ -37,10 +37,10 @@ struct Pending {
     /// URL-mode `elicitationId`: removed from what the client sees (2026-07-28 has none), kept
     /// to recognise the upstream's `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
-    /// The compiled `requestedSchema` an accepted answer must match.
-    schema: Option<Arc<jsonschema::Validator>>,
     /// What the request asks, for replay (see `replay::fingerprint`).
     fingerprint: String,
+    /// Listed on the task the call became (each request is listed once).
+    listed: bool,
 }
 
 /// One round, ready to send: its number, its keys with their kinds (for answer validation) and
@@ -48,7 +48,7 @@ struct Pending {
 #[derive(Debug)]
 pub(super) struct Round {
     pub(super) number: u32,
-    pub(super) keys: Vec<Asked>,
+    pub(super) keys: Arc<[Asked]>,
     pub(super) input_requests: Map<String, Value>,
 }
 
@@ -95,15 +95,14 @@ impl Rounds {
         self.minted += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.minted);
         self.pending.push(Pending {
-            key,
-            kind,
+            asked: Asked { key, kind, schema },
             upstream_id,
             embedded,
             elicitation_id,
-            schema,
             fingerprint,
+            listed: false,
         });
-        self.pending.last().map_or("", |p| p.key.as_str())
+        self.pending.last().map_or("", |p| p.asked.key.as_str())
     }
 
     /// Adds the URL elicitations of a legacy -32042 error; the call is re-issued once they are
@@ -121,7 +120,7 @@ impl Rounds {
         self.pending
             .iter()
             .filter(|p| p.upstream_id.is_some())
-            .map(|p| (p.key.clone(), p.fingerprint.clone()))
+            .map(|p| (p.asked.key.clone(), p.fingerprint.clone()))
             .collect()
     }
 
@@ -145,19 +144,11 @@ impl Rounds {
         self.opened += 1;
         Round {
             number: self.opened,
-            keys: self
-                .pending
-                .iter()
-                .map(|p| Asked {
-                    key: p.key.clone(),
-                    kind: p.kind,
-                    schema: p.schema.clone(),
-                })
-                .collect(),
+            keys: self.pending.iter().map(|p| p.asked.clone()).collect(),
             input_requests: self
                 .pending
                 .iter()
-                .map(|p| (p.key.clone(), p.embedded.clone()))
+                .map(|p| (p.asked.key.clone(), p.embedded.clone()))
                 .collect(),
         }
     }
@@ -168,7 +159,7 @@ impl Rounds {
     pub(super) fn answer(&mut self, answers: &Map<String, Value>) -> Answered {
         let mut out = Answered::default();
         self.pending.retain(|p| {
-            let Some(answer) = answers.get(&p.key) else {
+            let Some(answer) = answers.get(&p.asked.key) else {
                 return true;
             };
             if let Some(id) = &p.upstream_id {
@@ -189,7 +180,7 @@ impl Rounds {
         self.reissue = false;
         std::mem::take(&mut self.pending)
             .into_iter()
-            .filter_map(|p| Some((p.upstream_id?, p.kind)))
+            .filter_map(|p| Some((p.upstream_id?, p.asked.kind)))
             .collect()
     }
 
@@ -200,19 +191,19 @@ impl Rounds {
             .pending
             .iter()
             .position(|p| p.upstream_id.as_deref() == Some(upstream_id))?;
-        Some(self.pending.remove(at).key)
+        Some(self.pending.remove(at).asked.key)
     }
 
-    /// Every pending request as a task lists it: what answers it, and what the client sees.
-    pub(super) fn requests(&self) -> impl Iterator<Item = (Asked, &Value)> {
-        self.pending.iter().map(|p| {
-            let asked = Asked {
-                key: p.key.clone(),
-                kind: p.kind,
-                schema: p.schema.clone(),
-            };
-            (asked, &p.embedded)
-        })
+    /// The pending requests a task does not list yet, as it lists them (key, what the client
+    /// sees); from now on they count as listed.
+    pub(super) fn list(&mut self) -> Vec<(String, Value)> {
+        self.pending
+            .iter_mut()
+            .filter_map(|p| {
+                let listed = std::mem::replace(&mut p.listed, true);
+                (!listed).then(|| (p.asked.key.clone(), p.embedded.clone()))
+            })
+            .collect()
     }
 
     /// Whether `elicitation_id` names a pending URL elicitation.

@@ -5,8 +5,6 @@
 //! a token, answers come through `tasks/update`, a cancel through `tasks/cancel`, and the call's
 //! end becomes the task's final status. There is no way back to rounds.
 
-use std::collections::HashSet;
-
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -14,23 +12,23 @@ use tokio::time::Instant;
 use super::leg::Outcome;
 use super::{Call, TaskRun};
 use crate::error::ProxyError;
-use crate::jsonrpc::{self, Message};
+use crate::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::META_SERVER_INFO;
-use crate::tasks::{Control, TaskGuard};
+use crate::tasks::{Change, Control};
 use crate::trace_context::TraceContext;
 
 impl Call {
     /// When the running call becomes a task, if it may become one (the client declared the
     /// extension, the tool's mode allows it) and has not yet.
     pub(super) fn task_due(&self) -> Option<Instant> {
-        if self.task.is_some() || !self.phase.is_running() {
+        if !self.phase.is_running() {
             return None;
         }
         Some(self.leg_opened + self.spec.task_after?)
     }
 
     /// The call is due: answer its exchange with a task and run on without one. At a bound of
-    /// `[tasks]` it stays an ordinary call.
+    /// `[tasks]`, or when the task could not be stored, it stays an ordinary call.
     pub(super) async fn become_task(&mut self) {
         if !self.phase.is_running() {
             return;
@@ -40,22 +38,23 @@ impl Call {
             .upstream_params
             .as_ref()
             .map_or(0, |p| p.get().len());
-        let (guard, control) = match self.ctx.tasks.create(&self.spec.principal, held) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::info!(error = %e, "the call stays an ordinary call");
-                self.spec.task_after = None;
-                return;
-            }
-        };
-        let Some(leg) = self.phase.detach() else {
+        // Nothing moves the phase while this awaits: the actor handles one event at a time.
+        let (guard, control, mut created) =
+            match self.ctx.tasks.create(&self.spec.principal, held).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::info!(error = %e, "the call stays an ordinary call");
+                    self.spec.task_after = None;
+                    return;
+                }
+            };
+        let Ok(leg) = self.phase.detach(TaskRun { guard, control }) else {
             return;
         };
         if let Some(p) = &mut self.parking {
             // Its rounds are over: no token of it may resume anything now.
             p.guard.retire("the call became a task");
         }
-        let mut created = guard.task();
         created["resultType"] = Value::from("task");
         if let Some(info) = self.server_info() {
             created["_meta"] = serde_json::json!({ META_SERVER_INFO: info });
@@ -64,27 +63,20 @@ impl Call {
         TraceContext::event(&leg.span, "mrtr.task.created", Vec::new);
         self.task_event("mrtr.task.created");
         leg.finish(Outcome::task(body)).await;
-        self.task = Some(TaskRun {
-            guard,
-            control,
-            listed: HashSet::new(),
-        });
         // Server requests that came before it (none: a round would have parked the call) would
         // be listed here.
-        self.list_inputs();
+        self.list_inputs().await;
     }
 
     /// Lists on the task every pending server request it does not list yet.
-    pub(super) fn list_inputs(&mut self) {
-        let Some(task) = &mut self.task else {
+    pub(super) async fn list_inputs(&mut self) {
+        let Some(task) = self.phase.task_mut() else {
             return;
         };
-        let mut asked_now = false;
-        for (asked, embedded) in self.rounds.requests() {
-            if task.listed.insert(asked.key.clone()) {
-                task.guard.ask(asked, embedded.clone());
-                asked_now = true;
-            }
+        let listed = self.rounds.list();
+        let asked_now = !listed.is_empty();
+        for (key, embedded) in listed {
+            task.guard.ask(key, embedded).await;
         }
         if asked_now {
             self.task_event("mrtr.task.input_required");
@@ -96,18 +88,28 @@ impl Call {
         TraceContext::event(&self.spec.upstream_span, name, Vec::new);
     }
 
-    /// The upstream withdrew its request under `key`: the task no longer lists it.
-    pub(super) fn unlist(&mut self, key: &str) {
-        if let Some(task) = &mut self.task {
-            task.guard.withdraw(key);
+    /// Writes `change` to the task, when the call is one.
+    pub(super) async fn write_task(&mut self, change: Change) {
+        if let Some(task) = self.phase.task_mut() {
+            task.guard.apply(change).await;
         }
     }
 
     /// What the client said through the task.
     pub(super) async fn on_control(&mut self, control: Option<Control>) {
         match control {
-            Some(Control::Answers(answers, credentials, span)) => {
+            Some(Control::Answers {
+                answers,
+                credentials,
+                span,
+                taken,
+            }) => {
                 self.task_event("mrtr.task.answered");
+                let keys = answers.keys().cloned().collect();
+                self.write_task(Change::Answered { keys }).await;
+                // The update is answered once the task no longer lists them; a client that
+                // left meanwhile changes nothing.
+                let _ = taken.send(());
                 let delivered = self.deliver_answers(&answers, &credentials).await;
                 // The delivery's client span ends here.
                 drop(span);
@@ -117,57 +119,70 @@ impl Call {
             }
             Some(Control::Cancel) => {
                 self.cancel_upstream("the client cancelled the task").await;
-                self.end_task("mrtr.task.cancelled", |t| {
-                    t.cancelled("cancelled by the client");
-                });
+                let message = "cancelled by the client".to_owned();
+                self.end_task("mrtr.task.cancelled", Change::Cancel { message })
+                    .await;
             }
-            None => self.end_task("mrtr.task.gone", |_| ()),
+            // Its mailbox went with its record, at the TTL: nothing is left to write.
+            None => {
+                self.task_event("mrtr.task.gone");
+                self.phase.finish();
+            }
         }
     }
 
     /// The task's TTL ran out before it finished: cancel it upstream.
     pub(super) async fn expire_task(&mut self) {
         self.cancel_upstream("the task expired").await;
-        self.end_task("mrtr.task.expired", |t| {
-            t.cancelled("the task expired before it finished");
-        });
+        let message = "the task expired before it finished".to_owned();
+        self.end_task("mrtr.task.expired", Change::Cancel { message })
+            .await;
     }
 
     /// The upstream's final message, for a task: its result or error becomes the task's.
     /// Returns `msg` back when the call is not a task.
-    pub(super) fn finish_task(&mut self, msg: Message) -> Option<Message> {
-        if self.task.is_none() {
+    pub(super) async fn finish_task(&mut self, msg: Message) -> Option<Message> {
+        if !self.phase.is_detached() {
             return Some(msg);
         }
-        let ending = self.final_result(msg);
-        let name = match ending {
-            Ok(_) => "mrtr.task.completed",
-            Err(_) => "mrtr.task.failed",
-        };
-        self.end_task(name, |t| match ending {
-            Ok(result) => match RawValue::from_string(result) {
-                Ok(raw) => t.complete(raw),
-                Err(e) => t.fail(ProxyError::Internal(e.to_string()).to_error_object()),
-            },
-            Err(error) => t.fail(error),
-        });
+        let ending = self
+            .final_result(msg)
+            .and_then(|result| RawValue::from_string(result).map_err(internal));
+        match ending {
+            Ok(result) => {
+                if let Some(task) = self.phase.task_mut() {
+                    task.guard.complete(result).await;
+                }
+                self.task_event("mrtr.task.completed");
+                self.phase.finish();
+            }
+            Err(error) => {
+                self.end_task("mrtr.task.failed", Change::Fail { error })
+                    .await
+            }
+        }
         None
     }
 
     /// A task's failure (`err`) becomes its final status (nothing when the call is no task).
-    pub(super) fn fail_task(&mut self, err: &ProxyError) {
-        if self.task.is_some() {
+    pub(super) async fn fail_task(&mut self, err: &ProxyError) {
+        if self.phase.is_detached() {
             let error = err.to_error_object();
-            self.end_task("mrtr.task.failed", |t| t.fail(error));
+            self.end_task("mrtr.task.failed", Change::Fail { error })
+                .await;
         }
     }
 
-    // The task's last word (the event `name`), then the call is done.
-    fn end_task(&mut self, name: &'static str, last: impl FnOnce(&TaskGuard)) {
-        if let Some(task) = &self.task {
-            last(&task.guard);
+    // The task's last word (`last`, the event `name`), then the call is done.
+    async fn end_task(&mut self, name: &'static str, last: Change) {
+        if let Some(task) = self.phase.task_mut() {
+            task.guard.apply(last).await;
             self.task_event(name);
         }
         self.phase.finish();
     }
+}
+
+fn internal(e: serde_json::Error) -> ErrorObject {
+    ProxyError::Internal(e.to_string()).to_error_object()
 }

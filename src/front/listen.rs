@@ -90,7 +90,7 @@ pub(super) async fn serve(
     let timeout = app.config.upstream.timeout;
     let mut filter = Filter::negotiate(asked, &session, may_subscribe, timeout).await;
     if declares_tasks(&req.capabilities) {
-        filter.task_ids = follow_tasks(asked, &app.calls.tasks, &principal);
+        filter.task_ids = follow_tasks(asked, &app.calls.tasks, &principal).await;
     }
     let sub_id: Value = serde_json::from_str(req.id.get()).unwrap_or(Value::Null);
     let ack = jsonrpc::notification_bytes(
@@ -162,6 +162,7 @@ impl Feed {
     /// The next notification for this stream; `None` when the stream must end.
     async fn next(&mut self) -> Option<Vec<u8>> {
         loop {
+            let mut changed = None;
             tokio::select! {
                 ev = self.events.recv() => match ev {
                     Ok(change) => {
@@ -178,11 +179,9 @@ impl Feed {
                     Err(RecvError::Closed) => return None,
                 },
                 id = self.task_changes.recv(), if !self.filter.task_ids.is_empty() => match id {
+                    // Read once the select is over (its futures borrow the stream).
                     Ok(id) => {
-                        let who = (self.principal.as_str(), &self.sub_id);
-                        if let Some(out) = task_notification(&self.filter, &self.tasks, who, &id) {
-                            return Some(out);
-                        }
+                        changed = Some(id);
                     }
                     Err(RecvError::Lagged(n)) => {
                         tracing::debug!(skipped = n, "a listen stream fell behind the task changes");
@@ -195,13 +194,19 @@ impl Feed {
                 // Shutting down: end the stream now rather than hold the drain to its deadline.
                 _ = self.shutdown.wait_for(|down| *down) => return None,
             }
+            if let Some(id) = changed {
+                let who = (self.principal.as_str(), &self.sub_id);
+                if let Some(out) = task_notification(&self.filter, &self.tasks, who, &id).await {
+                    return Some(out);
+                }
+            }
         }
     }
 }
 
 /// `notifications/tasks` for task `id` when `filter` follows it: the task as it is now (several
 /// quick changes may be pushed as one).
-fn task_notification(
+async fn task_notification(
     filter: &Filter,
     tasks: &Tasks,
     (principal, sub_id): (&str, &Value),
@@ -210,21 +215,22 @@ fn task_notification(
     if !filter.task_ids.contains(id) {
         return None;
     }
-    let mut task = tasks.get(id, principal).ok()?;
+    let mut task = tasks.get(id, principal).await.ok()?;
     task["_meta"] = json!({ META_SUBSCRIPTION_ID: sub_id });
     Some(jsonrpc::notification_bytes("notifications/tasks", &task))
 }
 
 // The tasks of `notifications.taskIds` this stream may follow: owned here and by `principal`
 // (others are left out of the acknowledgement; a client polls them).
-fn follow_tasks(asked: &Value, tasks: &Tasks, principal: &str) -> HashSet<String> {
+async fn follow_tasks(asked: &Value, tasks: &Tasks, principal: &str) -> HashSet<String> {
     let ids = asked.get("taskIds").and_then(Value::as_array);
-    ids.into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .filter(|id| tasks.visible(id, principal))
-        .map(str::to_owned)
-        .collect()
+    let mut followed = HashSet::new();
+    for id in ids.into_iter().flatten().filter_map(Value::as_str) {
+        if tasks.visible(id, principal).await {
+            followed.insert(id.to_owned());
+        }
+    }
+    followed
 }
 
 impl Filter {

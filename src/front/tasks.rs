@@ -20,7 +20,7 @@ use crate::error::ProxyError;
 use crate::jsonrpc;
 use crate::ops::metrics::ForwardKind;
 use crate::protocol::TASKS_EXTENSION;
-use crate::tasks;
+use crate::tasks::Route;
 use crate::trace_context::TraceContext;
 
 /// Who answered a `tasks/*` request: this instance, or the task's owner.
@@ -48,18 +48,15 @@ pub(super) async fn serve(
     }
     let id = req.target();
     let store = &app.calls.tasks;
-    if !store.is_mine(id) {
-        let Some(owner) = tasks::owner_of(id) else {
-            return Err(tasks::unknown());
-        };
-        return match app.peers.forward(owner, inbound, ForwardKind::Task).await {
+    if let Route::Holder(holder) = store.route(id).await? {
+        return match app.peers.forward(&holder, inbound, ForwardKind::Task).await {
             Ok(resp) => Ok(Served::ByOwner(resp)),
             Err(reason) => Err(ProxyError::TaskLost(cluster::lost_because(reason))),
         };
     }
     let result = match req.method.as_str() {
         "tasks/get" => {
-            let mut task = store.get(id, principal)?;
+            let mut task = store.get(id, principal).await?;
             task["resultType"] = Value::from("complete");
             task
         }
@@ -75,11 +72,13 @@ pub(super) async fn serve(
             };
             let span = TraceContext::answers_span();
             let credentials = who.credentials.and(req.trace.for_span(&span).headers());
-            store.update(id, principal, &answers, (&credentials, span))?;
+            store
+                .update(id, principal, &answers, (&credentials, span))
+                .await?;
             json!({ "resultType": "complete" })
         }
         _ => {
-            store.cancel(id, principal)?;
+            store.cancel(id, principal).await?;
             json!({ "resultType": "complete" })
         }
     };

@@ -26,7 +26,7 @@ async fn sweep(app: Arc<App>) {
             tracing::debug!(closed, "closed idle upstream sessions");
         }
         app.calls.parked.sweep();
-        app.calls.tasks.sweep();
+        app.calls.tasks.sweep().await;
         app.replays.sweep();
         app.approvals.sweep();
         app.inline_asks.sweep();

@@ -1,327 +1,101 @@
-//! The tasks of this instance: id → record, bound to the principal that created it, bounded in
-//! count (in all and per principal) and memory, each living `tasks.ttl` from its creation. The
-//! call actor running a task holds its [`TaskGuard`] and writes through it; the front reads
-//! (`get`) and hands the client's answers and cancellations to the actor ([`Control`]). Every
-//! status change is logged once and counted here. No map reference is held across an `.await`.
+//! The seam a task store goes behind: where task records live, who holds each task (the
+//! replica whose call actor runs it), and the feed of changes. [`MemoryStore`] keeps them in
+//! this process (one replica, today's behaviour); a store shared by replicas is a second
+//! implementation of [`TaskStore`], not a change to its callers.
+//!
+//! A store only keeps records: it knows nothing of quotas, metrics, logs, call actors or the
+//! client's answers (those stay with the process that holds the task, see `local`). Every
+//! change goes through [`TaskStore::apply`] with the version its writer read, so that a writer
+//! that is no longer the holder cannot overwrite the one that is.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::SystemTime;
+use std::fmt;
+use std::sync::Arc;
 
 use dashmap::DashMap;
-use serde_json::value::RawValue;
-use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
-use tokio::sync::{broadcast, mpsc};
-use tokio::time::Instant;
+use futures_util::future::BoxFuture;
+use tokio::sync::broadcast;
 
-use super::view::{Ending, Lifetime, Status, View};
-use crate::config;
-use crate::error::ProxyError;
-use crate::input::Asked;
-use crate::jsonrpc::ErrorObject;
-use crate::limits::Quota;
-use crate::ops::metrics::{Metrics, TaskState};
-use crate::state::random_id;
-use crate::upstream::Credentials;
+use super::record::{Change, TaskRecord, Transition};
 
-/// What one task is charged besides its params and its result, until its TTL: its record and
-/// the inputs it asks.
-pub(crate) const TASK_OVERHEAD: usize = 16 * 1024;
-/// What a task is charged besides, while its call runs: the call's actor, its session and that
-/// session's two upstream connections, what a parked call holds
-/// ([`crate::config::PARKED_CALL_BYTES`]). `cargo bench --bench tasks` measured 76 KiB of RSS
-/// per task waiting for input (500 tasks), against the 80 KiB these two charge; a finished task
-/// holds its record and result only.
-pub(crate) const RUNNING_TASK_BYTES: usize = crate::config::PARKED_CALL_BYTES;
-/// Bytes of randomness in a task id (128 bits: the id is a handle, though bound to a principal).
-const ID_BYTES: usize = 16;
-/// Client messages a task's actor may have queued.
-const CONTROL_BUFFER: usize = 64;
+/// What a store operation resolves to.
+pub(crate) type StoreFuture<'a, T> = BoxFuture<'a, Result<T, StoreError>>;
+
+/// Why a store operation did not take.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    /// No such task (never created, or dropped at its TTL).
+    #[error("no such task")]
+    Unknown,
+    /// The record changed since the writer read it: another holder writes it now.
+    #[error("the task was changed by another holder")]
+    Conflict,
+}
+
+/// A change that took: the record's new version, and what it did to the status (`None`: the
+/// task had finished, nothing changed).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Applied {
+    /// The version to name in the next change.
+    pub(crate) version: u64,
+    /// The status transition.
+    pub(crate) transition: Option<Transition>,
+}
+
+/// Where task records live. Futures borrow their arguments; no implementation holds a lock
+/// across an `.await`.
+pub(crate) trait TaskStore: Send + Sync + fmt::Debug {
+    /// Stores a new record, held by instance `holder`; resolves once the store holds it (only
+    /// then may the client be told the task exists).
+    fn create<'a>(&'a self, record: TaskRecord, holder: &'a str) -> StoreFuture<'a, ()>;
+
+    /// The record of task `id`, if the store has it.
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>>;
+
+    /// Applies `change` at `now_ms` to task `id`, if its version is still `version`.
+    ///
+    /// # Errors
+    /// [`StoreError::Conflict`] when the record moved on since `version` was read.
+    fn apply<'a>(
+        &'a self,
+        id: &'a str,
+        version: u64,
+        change: Change,
+        now_ms: u64,
+    ) -> StoreFuture<'a, Applied>;
+
+    /// The instance that holds task `id` now (runs its call), if the store knows the task.
+    fn holder<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<String>>;
+
+    /// Ids of tasks as they change (creation included), for `subscriptions/listen`.
+    fn changes(&self) -> broadcast::Receiver<Arc<str>>;
+
+    /// Drops the records past their expiry; resolves to how many went.
+    fn sweep(&self, now_ms: u64) -> StoreFuture<'_, usize>;
+}
+
 /// Task changes a `subscriptions/listen` stream may fall behind by before it skips some.
 const CHANGES_BUFFER: usize = 256;
 
-/// What the client tells a running task, through the front.
+/// The records in this process's memory: lost with it, seen by no other replica.
 #[derive(Debug)]
-pub(crate) enum Control {
-    /// `tasks/update`: answers to outstanding requests, each checked against what it answers,
-    /// and what goes upstream with them (the update's own credentials).
-    /// The span is the client span of their delivery upstream (ends once delivered).
-    Answers(Map<String, Value>, Credentials, tracing::Span),
-    /// `tasks/cancel`.
-    Cancel,
-}
-
-/// How a task's owner is named in its id: `<instance id>.<128 random bits>`.
-const ID_SEPARATOR: char = '.';
-
-/// The instance that owns task `id` (the part before the last separator), when it has one.
-pub(crate) fn owner_of(id: &str) -> Option<&str> {
-    id.rsplit_once(ID_SEPARATOR)
-        .map(|(owner, _)| owner)
-        .filter(|o| !o.is_empty())
-}
-
-/// The tasks of this instance.
-#[derive(Debug)]
-pub(crate) struct Tasks {
-    map: DashMap<String, Arc<Entry>>,
-    quota: Quota,
-    config: config::Tasks,
-    owner: String,
-    metrics: Arc<Metrics>,
+pub(crate) struct MemoryStore {
+    map: DashMap<String, Held>,
     changes: broadcast::Sender<Arc<str>>,
 }
 
 #[derive(Debug)]
-struct Entry {
-    principal: String,
-    created: SystemTime,
-    born: Instant,
-    expires: Instant,
-    bytes: AtomicUsize,
-    control: mpsc::Sender<Control>,
-    view: Mutex<View>,
-    /// Times the task went from working to input_required.
-    rounds: AtomicUsize,
+struct Held {
+    record: TaskRecord,
+    holder: String,
 }
 
-/// Held by the call actor running the task: what it writes. Dropped before the task reached a
-/// final status (the actor ended some other way), the task is marked failed.
-#[derive(Debug)]
-pub(crate) struct TaskGuard {
-    tasks: Arc<Tasks>,
-    id: String,
-    entry: Arc<Entry>,
-}
-
-/// An unknown task, an expired one and another principal's look the same (-32602).
-pub(crate) fn unknown() -> ProxyError {
-    ProxyError::InvalidParams("unknown or expired taskId".into())
-}
-
-impl Tasks {
-    /// No tasks yet; ids name `owner` (this instance).
-    pub(crate) fn new(config: config::Tasks, owner: String, metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(Self {
+impl MemoryStore {
+    /// An empty store.
+    pub(crate) fn new() -> Self {
+        Self {
             map: DashMap::new(),
-            quota: Quota::new(config.bounds(), "tasks"),
-            config,
-            owner,
-            metrics,
             changes: broadcast::channel(CHANGES_BUFFER).0,
-        })
-    }
-
-    /// How long a task lives (also asked of an upstream's legacy task).
-    pub(crate) fn ttl(&self) -> std::time::Duration {
-        self.config.ttl
-    }
-
-    /// Whether task `id` would live here (its owner is this instance).
-    pub(crate) fn is_mine(&self, id: &str) -> bool {
-        owner_of(id) == Some(self.owner.as_str())
-    }
-
-    /// Bytes charged to tasks now.
-    pub(crate) fn held_bytes(&self) -> usize {
-        self.quota.held_bytes()
-    }
-
-    /// Ids of tasks that changed, for `subscriptions/listen` (which reads each with `get`).
-    pub(crate) fn changes(&self) -> broadcast::Receiver<Arc<str>> {
-        self.changes.subscribe()
-    }
-
-    /// Creates a task for `principal` charged `held` bytes (its params) plus the overhead; the
-    /// actor gets its guard and the client's messages.
-    ///
-    /// # Errors
-    /// [`ProxyError::Overloaded`] past `tasks.max`, `tasks.max_per_principal` or
-    /// `tasks.max_memory`.
-    pub(crate) fn create(
-        self: &Arc<Self>,
-        principal: &str,
-        held: usize,
-    ) -> Result<(TaskGuard, mpsc::Receiver<Control>), ProxyError> {
-        let bytes = held
-            .saturating_add(TASK_OVERHEAD)
-            .saturating_add(RUNNING_TASK_BYTES);
-        self.quota.admit(principal, bytes)?;
-        let (control, rx) = mpsc::channel(CONTROL_BUFFER);
-        let now = Instant::now();
-        let created = SystemTime::now();
-        let entry = Arc::new(Entry {
-            principal: principal.to_owned(),
-            created,
-            born: now,
-            expires: now + self.config.ttl,
-            bytes: AtomicUsize::new(bytes),
-            control,
-            view: Mutex::new(View::new(created)),
-            rounds: AtomicUsize::new(0),
-        });
-        let id = format!("{}{ID_SEPARATOR}{}", self.owner, random_id(ID_BYTES));
-        self.map.insert(id.clone(), Arc::clone(&entry));
-        self.metrics.tasks.moved(None, Some(TaskState::Working));
-        tracing::info!(task = %short(&id), status = "working", "task created");
-        let guard = TaskGuard {
-            tasks: Arc::clone(self),
-            id,
-            entry,
-        };
-        Ok((guard, rx))
-    }
-
-    // The live entry of `id` for `principal`.
-    fn entry(&self, id: &str, principal: &str) -> Result<Arc<Entry>, ProxyError> {
-        let entry = self.map.get(id).map(|e| Arc::clone(e.value()));
-        entry
-            .filter(|e| e.principal == principal && e.expires > Instant::now())
-            .ok_or_else(unknown)
-    }
-
-    /// Whether `principal` may see task `id` (live, here, its own).
-    pub(crate) fn visible(&self, id: &str, principal: &str) -> bool {
-        self.entry(id, principal).is_ok()
-    }
-
-    /// `tasks/get`: the `DetailedTask` of `id`, as `principal` may see it.
-    ///
-    /// # Errors
-    /// -32602 for an unknown or expired id, or another principal's.
-    pub(crate) fn get(&self, id: &str, principal: &str) -> Result<Value, ProxyError> {
-        let entry = self.entry(id, principal)?;
-        let view = lock(&entry.view);
-        Ok(view.detailed(id, entry.created, self.lifetime()))
-    }
-
-    /// `tasks/update`: takes the answers to outstanding requests (others are ignored: unknown,
-    /// or answered already) and hands them to the task's actor; the task is `working` again once
-    /// none is outstanding.
-    ///
-    /// # Errors
-    /// -32602 for an unknown task, or an answer that does not fit what it answers (then none is
-    /// taken).
-    pub(crate) fn update(
-        &self,
-        id: &str,
-        principal: &str,
-        answers: &Map<String, Value>,
-        (credentials, span): (&Credentials, tracing::Span),
-    ) -> Result<(), ProxyError> {
-        let entry = self.entry(id, principal)?;
-        // A place in the actor's queue first: once answers are taken off the list, they must
-        // reach it.
-        let Ok(slot) = entry.control.try_reserve() else {
-            return Err(ProxyError::Overloaded(
-                "the task is busy; retry later".into(),
-            ));
-        };
-        let taken = {
-            let mut view = lock(&entry.view);
-            let mut taken = Map::new();
-            for asked in view.asked.iter().filter(|a| answers.contains_key(&a.key)) {
-                let answer = &answers[&asked.key];
-                asked.check(answer).map_err(|why| {
-                    ProxyError::BadRetry(format!("inputResponses.{}: {why}", asked.key))
-                })?;
-                taken.insert(asked.key.clone(), answer.clone());
-            }
-            if taken.is_empty() {
-                return Ok(());
-            }
-            view.asked.retain(|a| !taken.contains_key(&a.key));
-            view.input_requests.retain(|k, _| !taken.contains_key(k));
-            if view.input_requests.is_empty() && view.status == Status::InputRequired {
-                self.set_status(id, &entry, &mut view, Status::Working);
-            }
-            view.updated = SystemTime::now();
-            taken
-        };
-        self.changed(id);
-        slot.send(Control::Answers(taken, credentials.clone(), span));
-        Ok(())
-    }
-
-    /// `tasks/cancel`: asks the task's actor to cancel it (the status becomes `cancelled` when
-    /// the upstream call is abandoned).
-    ///
-    /// # Errors
-    /// -32602 for an unknown task or one already finished.
-    pub(crate) fn cancel(&self, id: &str, principal: &str) -> Result<(), ProxyError> {
-        let entry = self.entry(id, principal)?;
-        if lock(&entry.view).status.is_terminal() {
-            return Err(ProxyError::InvalidParams(
-                "the task has already finished".into(),
-            ));
         }
-        // Full: a cancel or answers are queued already; the actor reads them in order.
-        match entry.control.try_send(Control::Cancel) {
-            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(_)) => Err(ProxyError::Overloaded(
-                "the task is busy; retry later".into(),
-            )),
-        }
-    }
-
-    /// Drops the tasks past their TTL (running ones were cancelled by their actor at that
-    /// moment).
-    pub(crate) fn sweep(&self) {
-        let now = Instant::now();
-        let expired: Vec<String> = self
-            .map
-            .iter()
-            .filter(|e| e.expires <= now)
-            .map(|e| e.key().clone())
-            .collect();
-        for id in expired {
-            if let Some((_, entry)) = self.map.remove(&id) {
-                // Dropped first, under the lock the end of a task takes: its running share is
-                // released by whichever comes first, never by both.
-                let status = {
-                    let mut view = lock(&entry.view);
-                    view.dropped = true;
-                    view.status
-                };
-                self.release(&entry);
-                self.metrics.tasks.moved(Some(state(status)), None);
-                tracing::debug!(task = %short(&id), "task dropped at its TTL");
-            }
-        }
-    }
-
-    fn release(&self, entry: &Entry) {
-        let bytes = entry.bytes.load(Ordering::Acquire);
-        self.quota.release(&entry.principal, bytes);
-    }
-
-    fn lifetime(&self) -> Lifetime {
-        Lifetime {
-            ttl: self.config.ttl,
-            poll_interval: self.config.poll_interval,
-        }
-    }
-
-    // The one place a status changes: logged, counted.
-    fn set_status(&self, id: &str, entry: &Entry, view: &mut View, to: Status) {
-        let from = view.status;
-        if from == to || from.is_terminal() {
-            return;
-        }
-        view.status = to;
-        self.metrics.tasks.moved(Some(state(from)), Some(state(to)));
-        if to == Status::InputRequired {
-            entry.rounds.fetch_add(1, Ordering::AcqRel);
-        }
-        if to.is_terminal() {
-            // The call is over: what it held goes (the record stays charged until the TTL).
-            entry.bytes.fetch_sub(RUNNING_TASK_BYTES, Ordering::AcqRel);
-            self.quota.uncharge(RUNNING_TASK_BYTES);
-            let rounds = u32::try_from(entry.rounds.load(Ordering::Acquire)).unwrap_or(u32::MAX);
-            self.metrics.tasks.ended(entry.born.elapsed(), rounds);
-        }
-        tracing::info!(task = %short(id), from = from.as_str(), to = to.as_str(), "task status");
     }
 
     fn changed(&self, id: &str) {
@@ -330,157 +104,109 @@ impl Tasks {
     }
 }
 
-impl TaskGuard {
-    /// The `CreateTaskResult`'s task fields, as created.
-    pub(crate) fn task(&self) -> Value {
-        let view = lock(&self.entry.view);
-        view.task(&self.id, self.entry.created, self.tasks.lifetime())
+impl TaskStore for MemoryStore {
+    fn create<'a>(&'a self, record: TaskRecord, holder: &'a str) -> StoreFuture<'a, ()> {
+        let id = record.id.clone();
+        let holder = holder.to_owned();
+        self.map.insert(id.clone(), Held { record, holder });
+        self.changed(&id);
+        Box::pin(std::future::ready(Ok(())))
     }
 
-    /// When the task's TTL runs out.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.entry.expires
+    fn get<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<TaskRecord>> {
+        let record = self.map.get(id).map(|h| h.record.clone());
+        Box::pin(std::future::ready(Ok(record)))
     }
 
-    /// The upstream asked for more input: the requests join the outstanding ones (each with
-    /// its key, unique over the task's life) and the task is `input_required`.
-    pub(crate) fn ask(&self, asked: Asked, embedded: Value) {
-        self.write(|view| {
-            view.input_requests.insert(asked.key.clone(), embedded);
-            view.asked.push(asked);
-            Some(Status::InputRequired)
-        });
-    }
-
-    /// The upstream withdrew the request under `key` (it cancelled it): it is no longer asked.
-    pub(crate) fn withdraw(&self, key: &str) {
-        self.write(|view| {
-            view.asked.retain(|a| a.key != key);
-            view.input_requests.remove(key);
-            view.input_requests.is_empty().then_some(Status::Working)
-        });
-    }
-
-    /// The upstream reported progress: `statusMessage` and `lastUpdatedAt`.
-    pub(crate) fn progress(&self, message: Option<String>) {
-        self.write(|view| {
-            if message.is_some() {
-                view.message = message;
+    fn apply<'a>(
+        &'a self,
+        id: &'a str,
+        version: u64,
+        change: Change,
+        now_ms: u64,
+    ) -> StoreFuture<'a, Applied> {
+        let applied = match self.map.get_mut(id) {
+            None => Err(StoreError::Unknown),
+            Some(h) if h.record.version != version => Err(StoreError::Conflict),
+            Some(mut h) => {
+                let transition = h.record.apply(change, now_ms);
+                Ok(Applied {
+                    version: h.record.version,
+                    transition,
+                })
             }
-            None
-        });
-    }
-
-    /// The upstream answered: the task is `completed` with `result` (JSON text).
-    pub(crate) fn complete(&self, result: Box<RawValue>) {
-        let extra = result.get().len();
-        // Charged under the record's lock, and only to a task still held: the TTL sweep marks
-        // a task dropped under it before it gives back what the task is charged.
-        self.write(|view| {
-            self.entry.bytes.fetch_add(extra, Ordering::AcqRel);
-            self.tasks.quota.charge(extra);
-            Self::ending(view, Ending::Result(result), None);
-            Some(Status::Completed)
-        });
-    }
-
-    /// The call ended with a JSON-RPC error: the task is `failed`.
-    pub(crate) fn fail(&self, error: ErrorObject) {
-        let message = Some(error.message.clone());
-        self.end(Status::Failed, Ending::Error(error), message);
-    }
-
-    /// The task was cancelled (by the client, or at its TTL): `message` says which.
-    pub(crate) fn cancelled(&self, message: &str) {
-        self.write(|view| {
-            view.message = Some(message.to_owned());
-            view.asked.clear();
-            view.input_requests.clear();
-            Some(Status::Cancelled)
-        });
-    }
-
-    /// The task's status now.
-    pub(crate) fn status(&self) -> Status {
-        lock(&self.entry.view).status
-    }
-
-    // Ends the task; `false` when it had ended already (or was dropped).
-    fn end(&self, status: Status, ending: Ending, message: Option<String>) -> bool {
-        self.write(|view| {
-            Self::ending(view, ending, message);
-            Some(status)
-        })
-    }
-
-    // What a task keeps once it ends.
-    fn ending(view: &mut View, ending: Ending, message: Option<String>) {
-        view.ending = Some(ending);
-        view.asked.clear();
-        view.input_requests.clear();
-        // The last progress message says nothing of a finished task.
-        view.message = message;
-    }
-
-    // Changes the record under its lock (`f` says the status it moves to, if any), then tells
-    // listeners. `false`: the task had ended (or was dropped), nothing changed.
-    fn write(&self, f: impl FnOnce(&mut View) -> Option<Status>) -> bool {
-        {
-            let mut view = lock(&self.entry.view);
-            if view.status.is_terminal() || view.dropped {
-                return false;
-            }
-            if let Some(to) = f(&mut view) {
-                self.tasks.set_status(&self.id, &self.entry, &mut view, to);
-            }
-            view.updated = SystemTime::now();
+        };
+        if matches!(
+            applied,
+            Ok(Applied {
+                transition: Some(_),
+                ..
+            })
+        ) {
+            self.changed(id);
         }
-        self.tasks.changed(&self.id);
-        true
+        Box::pin(std::future::ready(applied))
     }
-}
 
-impl Drop for TaskGuard {
-    fn drop(&mut self) {
-        if !self.status().is_terminal() {
-            self.fail(ErrorObject {
-                code: crate::protocol::INTERNAL_ERROR,
-                message: "the task ended without a result".into(),
-                data: None,
-            });
-        }
+    fn holder<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<String>> {
+        let holder = self.map.get(id).map(|h| h.holder.clone());
+        Box::pin(std::future::ready(Ok(holder)))
     }
-}
 
-fn state(s: Status) -> TaskState {
-    match s {
-        Status::Working => TaskState::Working,
-        Status::InputRequired => TaskState::InputRequired,
-        Status::Completed => TaskState::Completed,
-        Status::Failed => TaskState::Failed,
-        Status::Cancelled => TaskState::Cancelled,
+    fn changes(&self) -> broadcast::Receiver<Arc<str>> {
+        self.changes.subscribe()
     }
-}
 
-// A poisoned lock only means a panic elsewhere while it was held; the record is still whole.
-fn lock(m: &Mutex<View>) -> MutexGuard<'_, View> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// What a log line names a task by: a digest, not the id (the id is a handle to the task).
-fn short(id: &str) -> String {
-    hex::encode(&Sha256::digest(id.as_bytes())[..6])
+    fn sweep(&self, now_ms: u64) -> StoreFuture<'_, usize> {
+        let before = self.map.len();
+        self.map.retain(|_, h| h.record.expires_ms > now_ms);
+        Box::pin(std::future::ready(Ok(before - self.map.len())))
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tasks::record::{Lifetime, Status};
 
-    #[test]
-    fn the_owner_is_everything_before_the_last_separator() {
-        assert_eq!(owner_of("inst-1.abc"), Some("inst-1"));
-        assert_eq!(owner_of("a.b.c"), Some("a.b"));
-        assert_eq!(owner_of("nodot"), None);
-        assert_eq!(owner_of(".abc"), None);
+    fn record(id: &str) -> TaskRecord {
+        let life = Lifetime {
+            ttl_ms: 1_000,
+            poll_interval_ms: 100,
+        };
+        TaskRecord::new(id.into(), "p".into(), 0, life)
+    }
+
+    #[tokio::test]
+    async fn a_change_takes_only_against_the_version_it_read() {
+        let store = MemoryStore::new();
+        let mut changes = store.changes();
+        store.create(record("i.a"), "i").await.unwrap();
+        assert_eq!(&*changes.recv().await.unwrap(), "i.a");
+        let cancel = || Change::Cancel {
+            message: "m".into(),
+        };
+        let applied = store.apply("i.a", 0, cancel(), 5).await.unwrap();
+        assert_eq!(applied.version, 1);
+        assert_eq!(applied.transition.unwrap().to, Status::Cancelled);
+        assert!(matches!(
+            store.apply("i.a", 0, cancel(), 6).await,
+            Err(StoreError::Conflict)
+        ));
+        assert!(matches!(
+            store.apply("i.b", 0, cancel(), 6).await,
+            Err(StoreError::Unknown)
+        ));
+        assert_eq!(store.holder("i.a").await.unwrap().as_deref(), Some("i"));
+        assert_eq!(store.get("i.a").await.unwrap().unwrap().updated_ms, 5);
+    }
+
+    #[tokio::test]
+    async fn records_go_at_their_expiry() {
+        let store = MemoryStore::new();
+        store.create(record("i.a"), "i").await.unwrap();
+        assert_eq!(store.sweep(999).await.unwrap(), 0);
+        assert_eq!(store.sweep(1_000).await.unwrap(), 1);
+        assert!(store.get("i.a").await.unwrap().is_none());
     }
 }

@@ -1,151 +1,72 @@
-//! What a task is at one moment, and its wire shapes: the `Task` of a `CreateTaskResult`, the
-//! `DetailedTask` of `tasks/get` (outstanding `inputRequests`, the `result`, or the `error`
-//! inlined by status) and of `notifications/tasks`. Pure.
+//! A task's wire shapes: the `Task` of a `CreateTaskResult`, and the `DetailedTask` of
+//! `tasks/get` and `notifications/tasks` (outstanding `inputRequests`, the `result`, or the
+//! `error` inlined by status). Pure.
 
 use std::time::{Duration, SystemTime};
 
-use serde_json::value::RawValue;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use crate::input::Asked;
-use crate::jsonrpc::ErrorObject;
+use super::record::{Ending, Status, TaskRecord};
 
-/// A task's status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Status {
-    /// The upstream is working on it.
-    Working,
-    /// The upstream waits for the client's answers (`tasks/update`).
-    InputRequired,
-    /// Finished with a result (a tool result with `isError` included).
-    Completed,
-    /// Ended with a JSON-RPC error.
-    Failed,
-    /// Cancelled by the client, or by its expiry.
-    Cancelled,
+/// The `Task` fields (everything but what `DetailedTask` inlines).
+pub(crate) fn task(r: &TaskRecord) -> Value {
+    let mut task = json!({
+        "taskId": r.id,
+        "status": r.status.as_str(),
+        "createdAt": timestamp(r.created_ms),
+        "lastUpdatedAt": timestamp(r.updated_ms),
+        "ttlMs": r.ttl_ms,
+        "pollIntervalMs": r.poll_interval_ms,
+    });
+    if let Some(m) = &r.message {
+        task["statusMessage"] = Value::String(m.clone());
+    }
+    task
 }
 
-impl Status {
-    /// The wire name.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Self::Working => "working",
-            Self::InputRequired => "input_required",
-            Self::Completed => "completed",
-            Self::Failed => "failed",
-            Self::Cancelled => "cancelled",
+/// The `DetailedTask`: the `Task` with the outstanding requests, the result or the error.
+pub(crate) fn detailed(r: &TaskRecord) -> Value {
+    let mut task = task(r);
+    match (&r.ending, r.status) {
+        (_, Status::InputRequired) => {
+            task["inputRequests"] = Value::Object(r.input_requests.clone());
         }
-    }
-
-    /// Whether the task will not change any more.
-    pub(crate) fn is_terminal(self) -> bool {
-        matches!(self, Self::Completed | Self::Failed | Self::Cancelled)
-    }
-}
-
-/// How a task ended.
-#[derive(Debug)]
-pub(super) enum Ending {
-    /// The result, as JSON text (rewritten for modern clients).
-    Result(Box<RawValue>),
-    /// The JSON-RPC error.
-    Error(ErrorObject),
-}
-
-/// A task's mutable record.
-#[derive(Debug)]
-pub(super) struct View {
-    pub(super) status: Status,
-    pub(super) message: Option<String>,
-    pub(super) updated: SystemTime,
-    /// The outstanding requests, as the client answers them (kind and schema per key).
-    pub(super) asked: Vec<Asked>,
-    /// The outstanding requests, as the client sees them.
-    pub(super) input_requests: Map<String, Value>,
-    pub(super) ending: Option<Ending>,
-    /// Dropped from the store at its TTL: nothing changes it any more.
-    pub(super) dropped: bool,
-}
-
-impl View {
-    pub(super) fn new(now: SystemTime) -> Self {
-        Self {
-            status: Status::Working,
-            message: None,
-            updated: now,
-            asked: Vec::new(),
-            input_requests: Map::new(),
-            ending: None,
-            dropped: false,
+        (Some(Ending::Result(result)), _) => {
+            task["result"] = serde_json::from_str(result.get()).unwrap_or_else(|_| json!({}));
         }
-    }
-
-    /// The `Task` fields (everything but what `DetailedTask` inlines).
-    pub(super) fn task(&self, id: &str, created: SystemTime, lifetime: Lifetime) -> Value {
-        let mut task = json!({
-            "taskId": id,
-            "status": self.status.as_str(),
-            "createdAt": timestamp(created),
-            "lastUpdatedAt": timestamp(self.updated),
-            "ttlMs": millis(lifetime.ttl),
-            "pollIntervalMs": millis(lifetime.poll_interval),
-        });
-        if let Some(m) = &self.message {
-            task["statusMessage"] = Value::String(m.clone());
+        (Some(Ending::Error(e)), _) => {
+            task["error"] = serde_json::to_value(e).unwrap_or_else(|_| json!({}));
         }
-        task
+        (None, _) => {}
     }
-
-    /// The `DetailedTask`: the `Task` with the outstanding requests, the result or the error.
-    pub(super) fn detailed(&self, id: &str, created: SystemTime, lifetime: Lifetime) -> Value {
-        let mut task = self.task(id, created, lifetime);
-        match (&self.ending, self.status) {
-            (_, Status::InputRequired) => {
-                task["inputRequests"] = Value::Object(self.input_requests.clone());
-            }
-            (Some(Ending::Result(r)), _) => {
-                task["result"] = serde_json::from_str(r.get()).unwrap_or_else(|_| json!({}));
-            }
-            (Some(Ending::Error(e)), _) => {
-                task["error"] = serde_json::to_value(e).unwrap_or_else(|_| json!({}));
-            }
-            (None, _) => {}
-        }
-        task
-    }
-}
-
-/// A task's lifetime as advertised.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Lifetime {
-    pub(super) ttl: Duration,
-    pub(super) poll_interval: Duration,
+    task
 }
 
 /// RFC 3339 UTC, to the millisecond.
-fn timestamp(t: SystemTime) -> String {
+fn timestamp(ms: u64) -> String {
+    let t = SystemTime::UNIX_EPOCH + Duration::from_millis(ms);
     humantime::format_rfc3339_millis(t).to_string()
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::value::RawValue;
+
     use super::*;
+    use crate::jsonrpc::ErrorObject;
+    use crate::tasks::record::{Change, Lifetime};
 
     const LIFE: Lifetime = Lifetime {
-        ttl: Duration::from_secs(60),
-        poll_interval: Duration::from_millis(500),
+        ttl_ms: 60_000,
+        poll_interval_ms: 500,
     };
 
     #[test]
     fn a_task_has_every_field_of_the_extension() {
-        let t0 = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
-        let mut v = View::new(t0);
-        v.message = Some("half way".into());
-        let task = v.task("i.x", t0, LIFE);
+        let t0 = 1_700_000_000_123;
+        let mut r = TaskRecord::new("i.x".into(), "p".into(), t0, LIFE);
+        r.message = Some("half way".into());
+        let task = task(&r);
         assert_eq!(task["taskId"], "i.x");
         assert_eq!(task["status"], "working");
         assert_eq!(task["createdAt"], "2023-11-14T22:13:20.123Z");
@@ -157,32 +78,31 @@ mod tests {
 
     #[test]
     fn a_detailed_task_inlines_by_status() {
-        let t0 = SystemTime::now();
-        let mut v = View::new(t0);
-        v.input_requests.insert(
+        let mut r = TaskRecord::new("t".into(), "p".into(), 0, LIFE);
+        r.input_requests.insert(
             "elicitation-1".into(),
             json!({"method": "elicitation/create"}),
         );
-        assert!(v.detailed("t", t0, LIFE).get("inputRequests").is_none());
-        v.status = Status::InputRequired;
-        let d = v.detailed("t", t0, LIFE);
+        assert!(detailed(&r).get("inputRequests").is_none());
+        r.status = Status::InputRequired;
+        let d = detailed(&r);
         assert_eq!(
             d["inputRequests"]["elicitation-1"]["method"],
             "elicitation/create"
         );
-        v.status = Status::Completed;
-        v.ending = Some(Ending::Result(
-            RawValue::from_string(r#"{"content":[],"resultType":"complete"}"#.into()).unwrap(),
-        ));
-        let d = v.detailed("t", t0, LIFE);
+        let result =
+            RawValue::from_string(r#"{"content":[],"resultType":"complete"}"#.into()).unwrap();
+        r.apply(Change::Complete { result }, 1);
+        let d = detailed(&r);
         assert!(d.get("inputRequests").is_none());
         assert_eq!(d["result"]["content"], json!([]));
-        v.status = Status::Failed;
-        v.ending = Some(Ending::Error(ErrorObject {
+        let mut r = TaskRecord::new("t".into(), "p".into(), 0, LIFE);
+        let error = ErrorObject {
             code: -32603,
             message: "boom".into(),
             data: None,
-        }));
-        assert_eq!(v.detailed("t", t0, LIFE)["error"]["code"], -32603);
+        };
+        r.apply(Change::Fail { error }, 1);
+        assert_eq!(detailed(&r)["error"]["code"], -32603);
     }
 }

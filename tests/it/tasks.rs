@@ -405,7 +405,11 @@ async fn an_answer_that_breaks_its_schema_is_32602_and_nothing_is_taken() {
     assert_eq!(ex.status, http::StatusCode::BAD_REQUEST);
     let e = error_of(&ex);
     assert_eq!(e["code"], -32602);
-    assert!(e["message"].as_str().unwrap().contains(&k2), "{e}");
+    let said = format!("inputResponses[\"{k2}\"]: content.name does not match");
+    assert!(
+        e["message"].as_str().unwrap().contains(&said),
+        "the form a retry's answers are refused in: {e}"
+    );
     let ex = on_task(&c, "update", &id, json!({"inputResponses": [1]})).await;
     assert_eq!(error_of(&ex)["code"], -32602, "not an object");
     assert_eq!(until_asked(&c, &id, 2).await, asked, "both still asked");

@@ -104,9 +104,7 @@ pub(super) fn verdict(rule: &ApprovalRule, answer: Option<&Value>) -> Result<Ver
         kind: InputKind::Elicitation,
         schema: input::compile_schema(InputKind::Elicitation, Some(&params)),
     };
-    asked.check(answer).map_err(|why| {
-        ProxyError::BadRetry(format!("inputResponses[\"{APPROVAL_KEY}\"]: {why}"))
-    })?;
+    asked.check(answer).map_err(ProxyError::BadRetry)?;
     let accepted = answer.get("action").and_then(Value::as_str) == Some("accept");
     let approve = answer.pointer("/content/approve").and_then(Value::as_bool);
     Ok(if accepted && approve == Some(true) {

@@ -1,0 +1,154 @@
+//! What this process keeps of the tasks it holds, beside their records: each task's charge
+//! against `[tasks]`' bounds (count, per principal, memory) and its mailbox, the channel to the
+//! call actor that runs it. Neither goes into a store: a charge is this replica's memory, and
+//! a mailbox is a channel into one of its tasks (a client message for a task another replica
+//! holds is forwarded there first).
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dashmap::DashMap;
+use serde_json::{Map, Value};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::record::Status;
+use crate::config;
+use crate::error::ProxyError;
+use crate::limits::Quota;
+use crate::upstream::Credentials;
+
+/// What a task is charged besides, while its call runs: the call's actor, its session and that
+/// session's two upstream connections, what a parked call holds
+/// ([`crate::config::PARKED_CALL_BYTES`]). `cargo bench --bench tasks` measured 76 KiB of RSS
+/// per task waiting for input (500 tasks), against the 80 KiB this and the record's overhead
+/// charge; a finished task holds its record and result only.
+pub(crate) const RUNNING_TASK_BYTES: usize = crate::config::PARKED_CALL_BYTES;
+
+/// What the client tells a running task, through the front.
+#[derive(Debug)]
+pub(crate) enum Control {
+    /// `tasks/update`: answers to outstanding requests, each checked against what it answers,
+    /// and what goes upstream with them (the update's own credentials). The span is the client
+    /// span of their delivery upstream (ends once delivered). The actor says on `taken` once
+    /// the task no longer lists them (the update is answered then).
+    Answers {
+        answers: Map<String, Value>,
+        credentials: Credentials,
+        span: tracing::Span,
+        taken: oneshot::Sender<()>,
+    },
+    /// `tasks/cancel`.
+    Cancel,
+}
+
+/// The tasks this process holds.
+#[derive(Debug)]
+pub(crate) struct Local {
+    quota: Quota,
+    held: DashMap<String, Held>,
+}
+
+#[derive(Debug)]
+struct Held {
+    principal: String,
+    bytes: usize,
+    /// The status as its holder last wrote it (for the gauges when it is dropped).
+    status: Status,
+    /// When its TTL runs out: its charge goes then.
+    expires: Instant,
+    mailbox: mpsc::Sender<Control>,
+}
+
+impl Local {
+    pub(crate) fn new(bounds: config::HeldBounds) -> Self {
+        Self {
+            quota: Quota::new(bounds, "tasks"),
+            held: DashMap::new(),
+        }
+    }
+
+    /// Bytes charged to tasks now.
+    pub(crate) fn held_bytes(&self) -> usize {
+        self.quota.held_bytes()
+    }
+
+    /// Charges a new task of `principal` `bytes` (its running share included).
+    ///
+    /// # Errors
+    /// [`ProxyError::Overloaded`] past a bound; nothing is charged then.
+    pub(crate) fn admit(&self, principal: &str, bytes: usize) -> Result<(), ProxyError> {
+        self.quota.admit(principal, bytes)
+    }
+
+    /// Gives back what [`Local::admit`] charged, for a task that was not created after all.
+    pub(crate) fn refund(&self, principal: &str, bytes: usize) {
+        self.quota.release(principal, bytes);
+    }
+
+    /// Holds task `id` (admitted already) until `expires`; its actor reads `mailbox`.
+    pub(crate) fn hold(
+        &self,
+        id: String,
+        (principal, bytes): (&str, usize),
+        expires: Instant,
+        mailbox: mpsc::Sender<Control>,
+    ) {
+        let held = Held {
+            principal: principal.to_owned(),
+            bytes,
+            status: Status::Working,
+            expires,
+            mailbox,
+        };
+        self.held.insert(id, held);
+    }
+
+    /// The mailbox of task `id`, when this process holds it.
+    pub(crate) fn mailbox(&self, id: &str) -> Option<mpsc::Sender<Control>> {
+        self.held.get(id).map(|h| h.mailbox.clone())
+    }
+
+    /// Task `id` moved to `to`: a finished task's call no longer runs, so its running share
+    /// goes (the record and result stay charged until the TTL). Nothing for a dropped task.
+    pub(crate) fn moved(&self, id: &str, to: Status) {
+        let Some(mut held) = self.held.get_mut(id) else {
+            return;
+        };
+        let ended = to.is_terminal() && !held.status.is_terminal();
+        held.status = to;
+        if ended {
+            held.bytes = held.bytes.saturating_sub(RUNNING_TASK_BYTES);
+            self.quota.uncharge(RUNNING_TASK_BYTES);
+        }
+    }
+
+    /// Charges task `id` `extra` bytes (its result), only while it is held: a dropped task's
+    /// charge is given back whole once.
+    pub(crate) fn charge(&self, id: &str, extra: usize) {
+        if let Some(mut held) = self.held.get_mut(id) {
+            held.bytes = held.bytes.saturating_add(extra);
+            self.quota.charge(extra);
+        }
+    }
+
+    /// Lets go of the tasks past their TTL: their charges go back; returns the status each
+    /// had, for the gauges.
+    pub(crate) fn expire(&self, now: Instant) -> Vec<Status> {
+        let mut gone = Vec::new();
+        self.held.retain(|_, held| {
+            if held.expires > now {
+                return true;
+            }
+            self.quota.release(&held.principal, held.bytes);
+            gone.push(held.status);
+            false
+        });
+        gone
+    }
+}
+
+/// Now, in milliseconds since the Unix epoch (the clock of task records).
+pub(crate) fn now_ms() -> u64 {
+    let since = SystemTime::now().duration_since(UNIX_EPOCH);
+    since.map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
