@@ -81,32 +81,43 @@ fn call_context(
     tokens: &Arc<TokenCodec>,
     metrics: &Arc<Metrics>,
     shutdown: &watch::Sender<bool>,
-) -> Arc<CallContext> {
-    Arc::new(CallContext {
+) -> Result<Arc<CallContext>, StartError> {
+    let tasks = Tasks::new(
+        config.tasks.clone(),
+        Arc::clone(tokens),
+        Arc::clone(metrics),
+    )
+    .map_err(StartError::TaskStore)?;
+    Ok(Arc::new(CallContext {
         pool: Arc::clone(pool),
         parked: ParkedCalls::new(config.state.parked, config.state.ttl),
         tokens: Arc::clone(tokens),
         metrics: Arc::clone(metrics),
         shutdown: shutdown.subscribe(),
         actors: TaskTracker::new(),
-        tasks: Tasks::new(
-            config.tasks.clone(),
-            tokens.issuer().to_owned(),
-            Arc::clone(metrics),
-        ),
+        tasks,
         gather: Gather::new(config.state.gather),
         sse_idle_timeout: config.upstream.sse_idle_timeout,
         max_input_requests: config.state.max_input_requests,
         results: config.results,
         replay: config.replay.clone(),
         tool_hints: Default::default(),
-    })
+    }))
 }
 
 // The configured key set, or a generated signing key when none is configured.
 fn signing_keys(config: &Config) -> Result<KeySet, KeyError> {
     match keys::load(&config.state.keys)? {
         Some(keys) => Ok(keys),
+        // Records in a shared store are sealed: every replica must hold the key.
+        None if matches!(config.tasks.store, crate::config::Store::Redis(_)) => {
+            Err(KeyError::Invalid {
+                what: "tasks.store".into(),
+                reason: "a shared task store needs the state key every replica shares: set \
+                         [state] secret or secret_file"
+                    .into(),
+            })
+        }
         None => {
             tracing::info!("no state key configured: generated a random signing key (single instance only; tokens die with the process)");
             KeySet::generated()
@@ -123,6 +134,9 @@ pub enum StartError {
     /// An `[auth]` key set or client secret cannot be read.
     #[error(transparent)]
     Auth(#[from] AuthSetupError),
+    /// The task store cannot be set up (its password cannot be read).
+    #[error("tasks.store: {0}")]
+    TaskStore(String),
 }
 
 impl App {
@@ -150,7 +164,7 @@ impl App {
         let shutdown = watch::channel(false).0;
         let draining = watch::channel(false).0;
         let tokens = Arc::new(TokenCodec::new(keys, issuer, config.state.ttl));
-        let calls = call_context(&config, &pool, &tokens, &metrics, &shutdown);
+        let calls = call_context(&config, &pool, &tokens, &metrics, &shutdown)?;
         Ok(Arc::new(Self {
             principals: PrincipalGate::new(config.server.limits.max_requests_per_principal),
             peers: Peers::new(

@@ -335,7 +335,11 @@ fn challenge_headers(params: &[(&str, String)]) -> HeaderMap {
     h
 }
 
-fn read_secret(source: &SecretSource) -> Result<String, AuthSetupError> {
+/// Reads a secret from where the config says it is (trailing line breaks dropped).
+///
+/// # Errors
+/// The variable is unset or the file unreadable (named, never the secret).
+pub(crate) fn read_secret(source: &SecretSource) -> Result<String, AuthSetupError> {
     let text = match source {
         SecretSource::Env(var) => std::env::var(var)
             .map_err(|_| AuthSetupError(format!("the environment variable {var} is not set")))?,

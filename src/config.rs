@@ -43,7 +43,7 @@ pub use results::{CacheScope, RawResults, Results};
 pub use server::{ClientLimits, RawServer, Server, DEFAULT_LISTEN, MIN_HEADER_BYTES};
 pub use sizing::{Sized, PARKED_CALL_BYTES};
 pub use state::{HeldBounds, KeySources, RawState, Secret, State, MIN_SECRET_BYTES};
-pub use tasks::{RawTasks, TaskMode, Tasks};
+pub use tasks::{RawTasks, RedisStore, Store, TaskMode, Tasks};
 pub use telemetry::{RawTelemetry, Telemetry};
 pub use tools::ToolTable;
 pub use transport::{StdioCommand, UpstreamTransport, DEFAULT_MAX_PROCESSES};

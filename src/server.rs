@@ -416,6 +416,14 @@ fn admin(app: &App, method: &Method, path: &str) -> Response<Body> {
         (&Method::GET, "/readyz") if app.is_draining() => {
             edge::text(StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
         }
+        // A task store that does not answer keeps the replica in service (calls work; they
+        // stay ordinary calls), and says so.
+        (&Method::GET, "/readyz") if app.pool.is_ready() && !app.calls.tasks.store_up() => {
+            edge::text(
+                StatusCode::OK,
+                "ready; task store unreachable: new calls are not made tasks\n",
+            )
+        }
         (&Method::GET, "/readyz") if app.pool.is_ready() => edge::text(StatusCode::OK, "ready\n"),
         (&Method::GET, "/readyz") => edge::text(
             StatusCode::SERVICE_UNAVAILABLE,

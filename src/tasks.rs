@@ -17,9 +17,11 @@
 mod guard;
 mod local;
 mod record;
+mod redis_store;
 mod store;
 mod view;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,13 +34,15 @@ pub(crate) use local::Control;
 use local::{now_ms, Local, RUNNING_TASK_BYTES};
 pub(crate) use record::Change;
 use record::{Lifetime, TaskRecord};
+use redis_store::RedisStore;
 use store::{MemoryStore, StoreError, TaskStore};
 
 use crate::config;
 use crate::error::ProxyError;
 use crate::input::{self, Asked};
-use crate::ops::metrics::Metrics;
-use crate::state::random_id;
+use crate::jsonrpc::ErrorObject;
+use crate::ops::metrics::{Adopted, Metrics};
+use crate::state::{random_id, TokenCodec};
 use crate::upstream::Credentials;
 
 /// What one task is charged besides its params and its result, until its TTL: its record and
@@ -80,6 +84,8 @@ pub(crate) enum Route {
 #[derive(Debug)]
 pub(crate) struct Tasks {
     store: Arc<dyn TaskStore>,
+    /// The store answered when last asked (a store in memory always does).
+    store_up: AtomicBool,
     local: Arc<Local>,
     config: config::Tasks,
     owner: String,
@@ -90,21 +96,91 @@ impl From<StoreError> for ProxyError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::Unknown => unknown(),
-            e @ StoreError::Conflict => Self::Overloaded(format!("{e}; retry later")),
+            e @ (StoreError::Conflict | StoreError::Unavailable(_)) => {
+                Self::Overloaded(format!("{e}; retry later"))
+            }
         }
     }
 }
 
 impl Tasks {
-    /// No tasks yet, in this process's memory; ids name `owner` (this instance).
-    pub(crate) fn new(config: config::Tasks, owner: String, metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(Self {
-            store: Arc::new(MemoryStore::new()),
+    /// The tasks in the configured store (this process's memory, or Redis / Valkey); ids
+    /// name this instance (`tokens`' issuer), whose key seals what a shared store keeps.
+    ///
+    /// # Errors
+    /// The store's password cannot be read, or its URL makes no client.
+    pub(crate) fn new(
+        config: config::Tasks,
+        tokens: Arc<TokenCodec>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Arc<Self>, String> {
+        let owner = tokens.issuer().to_owned();
+        let store: Arc<dyn TaskStore> = match &config.store {
+            config::Store::Memory => Arc::new(MemoryStore::new()),
+            config::Store::Redis(settings) => {
+                let password = (settings.password.as_ref())
+                    .map(crate::auth::read_secret)
+                    .transpose()
+                    .map_err(|e| e.to_string())?;
+                RedisStore::new(settings, password, (tokens, Arc::clone(&metrics)))?
+            }
+        };
+        Ok(Arc::new(Self {
+            store_up: AtomicBool::new(matches!(config.store, config::Store::Memory)),
+            store,
             local: Arc::new(Local::new(config.bounds())),
             config,
             owner,
             metrics,
-        })
+        }))
+    }
+
+    /// Asks the task store whether it answers, and remembers (see [`Tasks::store_up`]); logs
+    /// when that changes.
+    pub(crate) async fn check_store(&self) -> bool {
+        let up = self.store.ping().await.is_ok();
+        if self.store_up.swap(up, Ordering::AcqRel) != up {
+            if up {
+                tracing::info!("task store reachable");
+            } else {
+                tracing::warn!("task store unreachable: new calls stay ordinary calls");
+            }
+        }
+        self.metrics.tasks.store_up(up);
+        up
+    }
+
+    /// Whether the task store answered when last asked (always, for one in memory).
+    pub(crate) fn store_up(&self) -> bool {
+        self.store_up.load(Ordering::Acquire)
+    }
+
+    /// How often the leases on the tasks held here are renewed (`None`: a store in memory
+    /// has none).
+    pub(crate) fn lease_period(&self) -> Option<Duration> {
+        match &self.config.store {
+            config::Store::Memory => None,
+            config::Store::Redis(r) => Some(r.lease / 3),
+        }
+    }
+
+    /// Renews this instance's leases on the tasks it holds (finished ones too: a lease that
+    /// lapses says its holder is gone); a task whose lease another instance took (it adopted
+    /// the task while this one could not renew) is stopped here.
+    pub(crate) async fn renew_leases(&self) {
+        let ids = self.local.ids();
+        match self.store.renew(&ids, &self.owner).await {
+            Ok(lost) => {
+                for id in lost {
+                    self.metrics.tasks.lease_lost();
+                    tracing::warn!(task = %guard::short(&id), "task lease taken by another instance: stopping its copy here");
+                    if let Some(mailbox) = self.local.mailbox(&id) {
+                        let _ = post(&mailbox, Control::Lost);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "task leases not renewed"),
+        }
     }
 
     /// How long a task lives (also asked of an upstream's legacy task).
@@ -132,16 +208,20 @@ impl Tasks {
         &self,
         principal: &str,
         held: usize,
+        replay_safe: bool,
     ) -> Result<(TaskGuard, mpsc::Receiver<Control>, Value), ProxyError> {
         let bytes = held
             .saturating_add(TASK_OVERHEAD)
             .saturating_add(RUNNING_TASK_BYTES);
         self.local.admit(principal, bytes)?;
         let id = format!("{}{ID_SEPARATOR}{}", self.owner, random_id(ID_BYTES));
-        let record = TaskRecord::new(id.clone(), principal.to_owned(), now_ms(), self.lifetime());
+        let (now, life) = (now_ms(), self.lifetime());
+        let record =
+            TaskRecord::with_replay(id.clone(), principal.to_owned(), now, life, replay_safe);
         let created = view::task(&record);
         if let Err(e) = self.store.create(record.clone(), &self.owner).await {
             self.local.refund(principal, bytes);
+            self.metrics.tasks.not_created();
             return Err(e.into());
         }
         let deadline = Instant::now() + self.config.ttl;
@@ -155,15 +235,71 @@ impl Tasks {
         Ok((TaskGuard::new(parts, &record, deadline), rx, created))
     }
 
-    /// Where a request for task `id` is served: the holder the store names, or (a task the
-    /// store does not know) the instance its id names.
-    pub(crate) async fn route(&self, id: &str) -> Result<Route, ProxyError> {
+    /// Where a request for task `id` is served (`read`: a `tasks/get`). In memory: where the
+    /// task's id says it was created. In a shared store: a read here, from the store; an update
+    /// or a cancel at the holder while its lease lives; a task whose holder is gone is adopted
+    /// here first.
+    pub(crate) async fn route(&self, id: &str, read: bool) -> Result<Route, ProxyError> {
         let holder = self.store.holder(id).await?;
-        let holder = holder.as_deref().or_else(|| owner_of(id));
         Ok(match holder {
-            Some(h) if h != self.owner => Route::Holder(h.to_owned()),
-            _ => Route::Here,
+            Some(h) if h == self.owner => Route::Here,
+            Some(_) if read && self.shared() => Route::Here,
+            Some(h) => Route::Holder(h),
+            None if self.shared() => self.adopt(id).await?,
+            None => match owner_of(id) {
+                Some(o) if o != self.owner => Route::Holder(o.to_owned()),
+                _ => Route::Here,
+            },
         })
+    }
+
+    fn shared(&self) -> bool {
+        !matches!(self.config.store, config::Store::Memory)
+    }
+
+    // Task `id`'s holder is gone (its lease lapsed): take the lease — of several instances
+    // racing, exactly one does — then a finished task is only read, and a running one ends
+    // failed: its call died with its holder, and this one cannot take up the upstream call
+    // where it was. One log line per adoption.
+    async fn adopt(&self, id: &str) -> Result<Route, ProxyError> {
+        let Some(record) = self.store.get(id).await? else {
+            // Unknown (or expired): answered here as such.
+            return Ok(Route::Here);
+        };
+        if !self.store.acquire(id, &self.owner).await? {
+            // Another instance adopted it just now.
+            return Ok(match self.store.holder(id).await? {
+                Some(h) if h != self.owner => Route::Holder(h),
+                _ => Route::Here,
+            });
+        }
+        if record.status.is_terminal() {
+            self.metrics.tasks.adopted(Adopted::Finished);
+            tracing::info!(task = %guard::short(id), outcome = "finished", "task adopted");
+            return Ok(Route::Here);
+        }
+        let message = if record.replay_safe {
+            "the replica running this task was lost before it finished; call the tool again"
+        } else {
+            "the replica running this task was lost, and the tool is not marked safe to run \
+             again (see [replay]); call it again if that is safe"
+        };
+        let error = ErrorObject {
+            code: crate::protocol::INTERNAL_ERROR,
+            message: message.into(),
+            data: None,
+        };
+        let failed = Change::Fail { error };
+        let applied = self
+            .store
+            .apply(id, record.version, failed, now_ms())
+            .await?;
+        if let Some(t) = applied.transition {
+            self.metrics.tasks.adopted(Adopted::Failed);
+            let (from, to) = (t.from.as_str(), t.to.as_str());
+            tracing::info!(task = %guard::short(id), from, to, outcome = "failed", "task adopted");
+        }
+        Ok(Route::Here)
     }
 
     // The record of `id` as `principal` may see it (live, its own).

@@ -39,15 +39,18 @@ impl Call {
             .as_ref()
             .map_or(0, |p| p.get().len());
         // Nothing moves the phase while this awaits: the actor handles one event at a time.
-        let (guard, control, mut created) =
-            match self.ctx.tasks.create(&self.spec.principal, held).await {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::info!(error = %e, "the call stays an ordinary call");
-                    self.spec.task_after = None;
-                    return;
-                }
-            };
+        let replay_safe = self.replay_safe().await;
+        let created = (self.ctx.tasks)
+            .create(&self.spec.principal, held, replay_safe)
+            .await;
+        let (guard, control, mut created) = match created {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::info!(error = %e, "the call stays an ordinary call");
+                self.spec.task_after = None;
+                return;
+            }
+        };
         let Ok(leg) = self.phase.detach(TaskRun { guard, control }) else {
             return;
         };
@@ -122,6 +125,15 @@ impl Call {
                 let message = "cancelled by the client".to_owned();
                 self.end_task("mrtr.task.cancelled", Change::Cancel { message })
                     .await;
+            }
+            Some(Control::Lost) => {
+                self.cancel_upstream("another instance holds the task now")
+                    .await;
+                if let Some(task) = self.phase.task_mut() {
+                    task.guard.let_go();
+                }
+                self.task_event("mrtr.task.lost");
+                self.phase.finish();
             }
             // Its mailbox went with its record, at the TTL: nothing is left to write.
             None => {

@@ -1,13 +1,16 @@
 //! `[tasks]`: the persistent workflow of the `io.modelcontextprotocol/tasks` extension. A
 //! `tools/call` from a client that declares the extension becomes a task when it has neither
 //! finished nor asked for input within `after` (per tool: `always`, `never` or `after` in
-//! `[tasks.tools]`, keyed by name or glob); the task then lives on this instance until `ttl`.
+//! `[tasks.tools]`, keyed by name or glob); the task then lives until `ttl`, in this instance's
+//! memory (`store = "memory"`) or in a Redis / Valkey store the replicas share.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::Deserialize;
 
+use super::auth::SecretSource;
 use super::error::{invalid, positive, ConfigError};
 use super::state::HeldBounds;
 use super::units::{duration, nonzero_duration, size};
@@ -30,6 +33,18 @@ pub struct RawTasks {
     pub max_per_principal: Option<usize>,
     /// `max_memory`
     pub max_memory: Option<String>,
+    /// `store`
+    pub store: Option<String>,
+    /// `store_prefix`
+    pub store_prefix: Option<String>,
+    /// `store_password_env`
+    pub store_password_env: Option<String>,
+    /// `store_password_file`
+    pub store_password_file: Option<String>,
+    /// `store_timeout`
+    pub store_timeout: Option<String>,
+    /// `lease`
+    pub lease: Option<String>,
     /// `[tasks.tools]`
     pub tools: BTreeMap<String, String>,
 }
@@ -43,6 +58,31 @@ pub enum TaskMode {
     Never,
     /// When it has neither finished nor asked for input within `tasks.after`.
     After,
+}
+
+/// Where task records live.
+#[derive(Debug, Clone)]
+pub enum Store {
+    /// In this process's memory: a task dies with its replica.
+    Memory,
+    /// In Redis (>= 6) or Valkey, shared by the replicas.
+    Redis(RedisStore),
+}
+
+/// `store = "redis://…"` and its settings.
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    /// `redis://[user@]host:port/db` or `rediss://…` (TLS); never a password.
+    pub url: String,
+    /// What every key starts with (`"mrtr:"`).
+    pub prefix: String,
+    /// Where the password is read from at start-up, if the store wants one.
+    pub password: Option<SecretSource>,
+    /// How long one store operation may take.
+    pub timeout: Duration,
+    /// How long a holder's lease on a task lasts unless renewed (it renews every third of it):
+    /// a task whose holder is gone is adopted this long after its last renewal.
+    pub lease: Duration,
 }
 
 /// `[tasks]`, validated.
@@ -63,14 +103,16 @@ pub struct Tasks {
     pub max_per_principal: usize,
     /// Memory charged to tasks in all (params, inputs asked, results, a fixed overhead each).
     pub max_memory: usize,
+    /// Where task records live.
+    pub store: Store,
     /// Per-tool modes: exact names first, then globs (longest pattern first).
     tools: Vec<(String, Option<glob::Pattern>, TaskMode)>,
 }
 
 impl Tasks {
-    pub(super) fn from_raw(raw: RawTasks) -> Result<Self, ConfigError> {
-        let mut tools = raw
-            .tools
+    pub(super) fn from_raw(mut raw: RawTasks) -> Result<Self, ConfigError> {
+        let store = Store::from_raw(&raw)?;
+        let mut tools = std::mem::take(&mut raw.tools)
             .into_iter()
             .map(|(pattern, mode)| {
                 let mode = match mode.as_str() {
@@ -112,6 +154,7 @@ impl Tasks {
             max: positive("tasks.max", raw.max, 1000)?,
             max_per_principal: positive("tasks.max_per_principal", raw.max_per_principal, 100)?,
             max_memory: size("tasks.max_memory", raw.max_memory.as_deref(), "80MiB")?,
+            store,
             tools,
         })
     }
@@ -141,6 +184,61 @@ impl Tasks {
                 None => p == tool,
             })
             .map_or(TaskMode::After, |(_, _, m)| *m)
+    }
+}
+
+impl Store {
+    fn from_raw(raw: &RawTasks) -> Result<Self, ConfigError> {
+        let url = match raw.store.as_deref() {
+            // The store's other keys mean nothing without one.
+            None | Some("memory") => return Ok(Self::Memory),
+            Some(url) => url,
+        };
+        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|_| {
+            invalid(
+                "tasks.store",
+                "want \"memory\", redis://host:port/db or rediss://…",
+            )
+        })?;
+        if info.redis_settings().password().is_some() {
+            return Err(invalid(
+                "tasks.store",
+                "no password in the URL: set store_password_env or store_password_file",
+            ));
+        }
+        let password = match (&raw.store_password_env, &raw.store_password_file) {
+            (None, None) => None,
+            (Some(e), None) => Some(SecretSource::Env(e.clone())),
+            (None, Some(f)) => Some(SecretSource::File(PathBuf::from(f))),
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "tasks.store_password_env",
+                    "set one of store_password_env and store_password_file",
+                ))
+            }
+        };
+        let prefix = raw.store_prefix.clone().unwrap_or_else(|| "mrtr:".into());
+        if prefix.is_empty() || prefix.len() > 64 || prefix.contains(char::is_whitespace) {
+            return Err(invalid(
+                "tasks.store_prefix",
+                "1 to 64 characters, no spaces",
+            ));
+        }
+        let timeout = nonzero_duration("tasks.store_timeout", raw.store_timeout.as_deref(), "2s")?;
+        let lease = nonzero_duration("tasks.lease", raw.lease.as_deref(), "15s")?;
+        if lease < 3 * timeout {
+            return Err(invalid(
+                "tasks.lease",
+                "must be at least three store_timeouts (it is renewed every third)",
+            ));
+        }
+        Ok(Self::Redis(RedisStore {
+            url: url.to_owned(),
+            prefix,
+            password,
+            timeout,
+            lease,
+        }))
     }
 }
 
@@ -175,6 +273,41 @@ mod tests {
         assert_eq!(t.mode_for("report_quick1"), TaskMode::Never);
         assert_eq!(t.mode_for("report_quickest"), TaskMode::After);
         assert_eq!(t.mode_for("other"), TaskMode::Never);
+    }
+
+    #[test]
+    fn the_store_is_memory_unless_a_redis_url_is_given() {
+        assert!(matches!(tasks("").unwrap().store, Store::Memory));
+        let t = tasks("store = \"redis://127.0.0.1:6379/2\"\nstore_password_env = \"P\"").unwrap();
+        let Store::Redis(r) = t.store else {
+            panic!("not redis")
+        };
+        assert_eq!(
+            (r.url.as_str(), r.prefix.as_str()),
+            ("redis://127.0.0.1:6379/2", "mrtr:")
+        );
+        assert!(matches!(r.password, Some(SecretSource::Env(ref v)) if v == "P"));
+        assert_eq!(
+            (r.timeout, r.lease),
+            (Duration::from_secs(2), Duration::from_secs(15))
+        );
+        assert!(tasks("store = \"rediss://cache.internal:6380/0\"").is_ok());
+    }
+
+    #[test]
+    fn a_store_password_never_sits_in_the_url_and_bad_store_settings_are_refused() {
+        let e = tasks("store = \"redis://:hunter2@127.0.0.1:6379/0\"").unwrap_err();
+        assert!(
+            e.to_string().contains("store_password_env") && !e.to_string().contains("hunter2"),
+            "{e}"
+        );
+        let e = tasks("store = \"mysql://x\"").unwrap_err();
+        assert!(e.to_string().contains("tasks.store"), "{e}");
+        let e = tasks("store = \"redis://h/0\"\nstore_timeout = \"10s\"").unwrap_err();
+        assert!(e.to_string().contains("tasks.lease"), "{e}");
+        let both =
+            "store = \"redis://h/0\"\nstore_password_env = \"A\"\nstore_password_file = \"/f\"";
+        assert!(tasks(both).is_err());
     }
 
     #[test]

@@ -48,7 +48,8 @@ pub(super) async fn serve(
     }
     let id = req.target();
     let store = &app.calls.tasks;
-    if let Route::Holder(holder) = store.route(id).await? {
+    let read = req.method == "tasks/get";
+    if let Route::Holder(holder) = store.route(id, read).await? {
         return match app.peers.forward(&holder, inbound, ForwardKind::Task).await {
             Ok(resp) => Ok(Served::ByOwner(resp)),
             Err(reason) => Err(ProxyError::TaskLost(cluster::lost_because(reason))),

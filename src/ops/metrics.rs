@@ -34,7 +34,7 @@ use labels::{
 };
 pub(crate) use snapshot::Snapshot;
 pub(crate) use spans::spans_dropped;
-pub(crate) use tasks::TaskMetrics;
+pub(crate) use tasks::{Adopted, StoreOp, TaskMetrics};
 pub(crate) use trace_context::TraceContextMetrics;
 
 type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;

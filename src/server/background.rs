@@ -10,7 +10,26 @@ use crate::app::App;
 /// The background work: readiness that follows the upstream, and the periodic sweeps — each on
 /// its own clock, so the sweeps go on while the upstream is down.
 pub(super) async fn run(app: Arc<App>) {
-    tokio::join!(sweep(Arc::clone(&app)), follow_upstream(app));
+    tokio::join!(
+        sweep(Arc::clone(&app)),
+        task_leases(Arc::clone(&app)),
+        follow_upstream(app)
+    );
+}
+
+// With a shared task store: whether it answers, and this instance's leases on the tasks it
+// runs renewed, every third of `tasks.lease`.
+async fn task_leases(app: Arc<App>) {
+    let Some(period) = app.calls.tasks.lease_period() else {
+        return;
+    };
+    let mut renew = tokio::time::interval(period);
+    loop {
+        renew.tick().await;
+        if app.calls.tasks.check_store().await {
+            app.calls.tasks.renew_leases().await;
+        }
+    }
 }
 
 // Idle upstream sessions reaped; expired parked calls, tasks, spent tokens, sessions' records

@@ -125,6 +125,18 @@ impl KeySet {
         &self.signing.kid
     }
 
+    /// The active key's id and sealing key (AES-256-GCM), for what a store keeps sealed.
+    pub(crate) fn sealer(&self) -> (String, Arc<LessSafeKey>) {
+        (self.signing.kid.clone(), Arc::clone(&self.signing.seal))
+    }
+
+    /// The sealing key of key `kid`, while it is in the set (the active key or one that still
+    /// verifies): what was sealed under a rotated key stays readable while it verifies.
+    pub(crate) fn opener(&self, kid: &str) -> Option<Arc<LessSafeKey>> {
+        let key = self.verifying.iter().find(|k| k.kid == kid)?;
+        Some(Arc::clone(&key.seal))
+    }
+
     /// What the logs name a principal by: an HMAC-SHA256 of its `digest` under a key derived
     /// from the active key, 16 hex digits. The digest of `principal = "header"` is an unsalted
     /// hash of the raw header (a Basic password's among them), which a reader of the logs could

@@ -82,8 +82,14 @@ pub(crate) fn seal(key: &LessSafeKey, aad: &[u8], plain: &[u8]) -> Option<String
     Some(URL_SAFE_NO_PAD.encode(out))
 }
 
-/// Decrypts what [`seal`] made; `None` when the key, the binding or a single bit differs.
+/// Decrypts a journal [`seal`] made; `None` when the key, the binding or a single bit differs.
 pub(crate) fn open(key: &LessSafeKey, aad: &[u8], sealed: &str) -> Option<Journal> {
+    serde_json::from_slice(&open_bytes(key, aad, sealed)?).ok()
+}
+
+/// Decrypts what [`seal`] made, as bytes; `None` when the key, the binding or a single bit
+/// differs.
+pub(crate) fn open_bytes(key: &LessSafeKey, aad: &[u8], sealed: &str) -> Option<Vec<u8>> {
     let bytes = URL_SAFE_NO_PAD.decode(sealed).ok()?;
     if bytes.len() < NONCE_LEN {
         return None;
@@ -91,8 +97,12 @@ pub(crate) fn open(key: &LessSafeKey, aad: &[u8], sealed: &str) -> Option<Journa
     let (nonce, rest) = bytes.split_at(NONCE_LEN);
     let nonce = Nonce::try_assume_unique_for_key(nonce).ok()?;
     let mut buf = rest.to_vec();
-    let plain = key.open_in_place(nonce, Aad::from(aad), &mut buf).ok()?;
-    serde_json::from_slice(plain).ok()
+    let len = key
+        .open_in_place(nonce, Aad::from(aad), &mut buf)
+        .ok()?
+        .len();
+    buf.truncate(len);
+    Some(buf)
 }
 
 /// Answers the server requests of a re-run call from a journal and the retry that found its

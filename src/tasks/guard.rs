@@ -112,6 +112,15 @@ impl TaskGuard {
         }
     }
 
+    /// Another instance holds the task now: this guard writes nothing more, and what this
+    /// process charged for it goes back.
+    pub(crate) fn let_go(&mut self) {
+        self.lost = true;
+        if self.local.release(&self.id) {
+            self.metrics.tasks.moved(Some(state(self.status)), None);
+        }
+    }
+
     fn writable(&self) -> bool {
         !self.lost && !self.status.is_terminal()
     }

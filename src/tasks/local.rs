@@ -39,6 +39,8 @@ pub(crate) enum Control {
     },
     /// `tasks/cancel`.
     Cancel,
+    /// Another instance holds the task now (it adopted it): stop this copy, writing nothing.
+    Lost,
 }
 
 /// The tasks this process holds.
@@ -103,6 +105,11 @@ impl Local {
         self.held.insert(id, held);
     }
 
+    /// The tasks held here (running or finished, until their TTL).
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.held.iter().map(|h| h.key().clone()).collect()
+    }
+
     /// The mailbox of task `id`, when this process holds it.
     pub(crate) fn mailbox(&self, id: &str) -> Option<mpsc::Sender<Control>> {
         self.held.get(id).map(|h| h.mailbox.clone())
@@ -129,6 +136,16 @@ impl Local {
             held.bytes = held.bytes.saturating_add(extra);
             self.quota.charge(extra);
         }
+    }
+
+    /// Lets go of task `id` now (another instance holds it): its charge goes back. Whether
+    /// it was held here.
+    pub(crate) fn release(&self, id: &str) -> bool {
+        let Some((_, held)) = self.held.remove(id) else {
+            return false;
+        };
+        self.quota.release(&held.principal, held.bytes);
+        true
     }
 
     /// Lets go of the tasks past their TTL: their charges go back; returns the status each

@@ -82,6 +82,10 @@ pub(crate) struct TaskRecord {
     pub(crate) ending: Option<Ending>,
     /// Times it went from working to `input_required`.
     pub(crate) rounds: u32,
+    /// Whether its call may run again on another instance when its holder is gone (the
+    /// `[replay]` policy, never for a gated call).
+    #[serde(default)]
+    pub(crate) replay_safe: bool,
     /// Bumped by every change that took: a writer names the version it read, and a store
     /// refuses a change made against another (see `TaskStore::apply`).
     pub(crate) version: u64,
@@ -121,7 +125,19 @@ pub(crate) struct Transition {
 
 impl TaskRecord {
     /// A task just created: `working`, nothing asked.
+    #[cfg(test)]
     pub(crate) fn new(id: String, principal: String, now_ms: u64, life: Lifetime) -> Self {
+        Self::with_replay(id, principal, now_ms, life, false)
+    }
+
+    /// A task just created, whose call may (`replay_safe`) or may not run again elsewhere.
+    pub(crate) fn with_replay(
+        id: String,
+        principal: String,
+        now_ms: u64,
+        life: Lifetime,
+        replay_safe: bool,
+    ) -> Self {
         Self {
             id,
             principal,
@@ -135,6 +151,7 @@ impl TaskRecord {
             input_requests: Map::new(),
             ending: None,
             rounds: 0,
+            replay_safe,
             version: 0,
         }
     }

@@ -29,6 +29,9 @@ pub(crate) enum StoreError {
     /// The record changed since the writer read it: another holder writes it now.
     #[error("the task was changed by another holder")]
     Conflict,
+    /// The store could not be reached, did not answer in time, or held what does not read.
+    #[error("the task store is unavailable: {0}")]
+    Unavailable(String),
 }
 
 /// A change that took: the record's new version, and what it did to the status (`None`: the
@@ -65,6 +68,17 @@ pub(crate) trait TaskStore: Send + Sync + fmt::Debug {
 
     /// The instance that holds task `id` now (runs its call), if the store knows the task.
     fn holder<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<String>>;
+
+    /// Renews `holder`'s lease on each of `ids` (taking it where none is held); resolves to
+    /// the ids whose lease another instance holds now (their copy here must stop).
+    fn renew<'a>(&'a self, ids: &'a [String], holder: &'a str) -> StoreFuture<'a, Vec<String>>;
+
+    /// Takes the lease on task `id` for `holder` when no one holds it: whether it was taken
+    /// (of several instances racing, exactly one takes it).
+    fn acquire<'a>(&'a self, id: &'a str, holder: &'a str) -> StoreFuture<'a, bool>;
+
+    /// Whether the store answers now.
+    fn ping(&self) -> StoreFuture<'_, ()>;
 
     /// Ids of tasks as they change (creation included), for `subscriptions/listen`.
     fn changes(&self) -> broadcast::Receiver<Arc<str>>;
@@ -151,6 +165,20 @@ impl TaskStore for MemoryStore {
     fn holder<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<String>> {
         let holder = self.map.get(id).map(|h| h.holder.clone());
         Box::pin(std::future::ready(Ok(holder)))
+    }
+
+    // One process: every task here is held here, for good.
+    fn renew<'a>(&'a self, _ids: &'a [String], _holder: &'a str) -> StoreFuture<'a, Vec<String>> {
+        Box::pin(std::future::ready(Ok(Vec::new())))
+    }
+
+    fn acquire<'a>(&'a self, id: &'a str, holder: &'a str) -> StoreFuture<'a, bool> {
+        let taken = self.map.get(id).is_some_and(|h| h.holder == holder);
+        Box::pin(std::future::ready(Ok(taken)))
+    }
+
+    fn ping(&self) -> StoreFuture<'_, ()> {
+        Box::pin(std::future::ready(Ok(())))
     }
 
     fn changes(&self) -> broadcast::Receiver<Arc<str>> {

@@ -39,4 +39,5 @@ mod support;
 mod tasks;
 mod tasks_cluster;
 mod tasks_lifecycle;
+mod tasks_store;
 mod trace_context;

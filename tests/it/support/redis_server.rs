@@ -1,0 +1,82 @@
+//! A real `redis-server` for the tests of the shared task store: each test starts its own on a
+//! free loopback port, without persistence, and it is killed when dropped. `tests/run.sh`
+//! installs the Debian package when it is missing; a machine without it fails these tests
+//! (they are never skipped).
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A running `redis-server`.
+pub struct RedisServer {
+    pub port: u16,
+    child: Child,
+}
+
+impl RedisServer {
+    /// Starts one and waits (bounded: 10 s) until it answers.
+    pub async fn start() -> Self {
+        // A free port, asked of the kernel (`--port 0` would turn Redis's TCP off).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server is installed (tests/run.sh installs it)");
+        let server = Self { port, child };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while server.connection().await.is_err() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "redis-server did not answer"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        server
+    }
+
+    /// `redis://127.0.0.1:<port>/0`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A connection of the test's own, to look at (or tamper with) what the store holds.
+    pub async fn connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let client = redis::Client::open(self.url())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(conn)
+    }
+
+    /// Every key and its value (strings only: that is all the store writes).
+    pub async fn dump(&self) -> Vec<(String, String)> {
+        let mut conn = self.connection().await.unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("*")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        for k in keys {
+            let v: Option<String> = redis::cmd("GET")
+                .arg(&k)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            out.push((k, v.unwrap_or_default()));
+        }
+        out
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

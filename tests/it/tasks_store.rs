@@ -1,0 +1,213 @@
+//! Tasks in a shared store (`[tasks] store = "redis://…"`), against a real `redis-server`: read
+//! from any replica, adopted when their holder is gone, sealed at rest, and a store that does
+//! not answer leaves calls ordinary.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::metrics::sample;
+use crate::support::mock::{Mock, Step};
+use crate::support::redis_server::RedisServer;
+use crate::support::{first_key, TestProxy};
+use crate::tasks::{on_task, task_caps, until, until_status, update};
+use mrtr_proxy::demo::client::ModernClient;
+
+const KEY: &str = "a-shared-cluster-key-0123456789abcdef";
+/// What the person typed, what the tool was given and what it returned: never in the clear.
+const ANSWER: &str = "answer-marker-Zebediah";
+const ARGUMENT: &str = "argument-marker-77";
+const RESULT: &str = "result-marker-42";
+
+/// A replica on `store`, with a short lease (a gone holder is noticed within ~300 ms), whose
+/// upstream's `slow` asks (elicitation 7), then finishes with [`RESULT`]; `slow` is a task at
+/// once.
+async fn replica(store: &RedisServer) -> (Mock, TestProxy) {
+    let mock = Mock::start().await;
+    let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
+    mock.script("slow", vec![vec![Step::elicit(7), Step::Await(7), done]]);
+    let toml = format!(
+        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n\
+         [tasks]\nstore = \"{}\"\nstore_timeout = \"100ms\"\nlease = \"300ms\"\n\
+         [tasks.tools]\nslow = \"always\"\n",
+        store.url()
+    );
+    let proxy = TestProxy::start(&mock.url(), &toml).await;
+    (mock, proxy)
+}
+
+async fn start_task(c: &ModernClient) -> String {
+    let args = json!({"name": "slow", "arguments": {"secret": ARGUMENT}});
+    let ex = c.request("tools/call", args).await.unwrap();
+    assert_eq!(ex.result()["resultType"], "task", "{:?}", ex.last);
+    ex.result()["taskId"].as_str().unwrap().to_owned()
+}
+
+async fn metric(proxy: &TestProxy, series: &str) -> f64 {
+    sample(&proxy.get_text("/metrics").await, series)
+}
+
+/// Like [`metric`], 0 for a labelled series not counted yet.
+async fn count(proxy: &TestProxy, series: &str) -> f64 {
+    let text = proxy.get_text("/metrics").await;
+    if text.lines().any(|l| l.starts_with(series)) {
+        sample(&text, series)
+    } else {
+        0.0
+    }
+}
+
+#[tokio::test]
+async fn a_task_is_read_from_the_store_on_a_replica_that_does_not_hold_it() {
+    let store = RedisServer::start().await;
+    let (_m1, a) = replica(&store).await;
+    let (_m2, b) = replica(&store).await;
+    let id = start_task(&a.client(task_caps())).await;
+    // No [cluster] peers: B cannot forward, so what it answers comes from the store.
+    let on_b = b.client(task_caps());
+    let asked = until_status(&on_b, &id, "input_required").await;
+    let on_a = until_status(&a.client(task_caps()), &id, "input_required").await;
+    assert_eq!(asked["inputRequests"], on_a["inputRequests"]);
+    assert_eq!(asked["createdAt"], on_a["createdAt"]);
+}
+
+#[tokio::test]
+async fn a_finished_task_outlives_its_holder_and_is_adopted_as_finished() {
+    let store = RedisServer::start().await;
+    let (_m1, mut a) = replica(&store).await;
+    let (_m2, b) = replica(&store).await;
+    let c = a.client(task_caps());
+    let id = start_task(&c).await;
+    let key = first_key(&until_status(&c, &id, "input_required").await);
+    update(
+        &c,
+        &id,
+        json!({ key: {"action": "accept", "content": {"n": ANSWER}} }),
+    )
+    .await;
+    until_status(&c, &id, "completed").await;
+    a.stopped().await;
+    // Its lease lapses (no one renews it); the survivor takes it and serves the result.
+    let on_b = b.client(task_caps());
+    let done = until(&on_b, &id, |_| true).await;
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
+    let adopted = r#"mrtr_tasks_adopted_total{outcome="finished"}"#;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while count(&b, adopted).await < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "never adopted");
+        on_task(&on_b, "get", &id, json!({})).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_running_task_whose_lease_another_took_stops_there_and_fails_with_a_clear_message() {
+    let store = RedisServer::start().await;
+    let (m1, a) = replica(&store).await;
+    let (_m2, b) = replica(&store).await;
+    let id = start_task(&a.client(task_caps())).await;
+    until_status(&a.client(task_caps()), &id, "input_required").await;
+    // An instance that is gone at once took the lease: A finds it taken, stops its copy
+    // (cancelled upstream, nothing written), and once the lease lapses B adopts the task.
+    let mut conn = store.connection().await.unwrap();
+    redis::cmd("SET")
+        .arg(format!("mrtr:lease:{id}"))
+        .arg("ghost")
+        .arg("PX")
+        .arg(400)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
+    m1.wait_for("the call cancelled upstream", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+    let on_b = b.client(task_caps());
+    let failed = until_status(&on_b, &id, "failed").await;
+    let message = failed["statusMessage"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("replica running this task was lost"),
+        "{failed}"
+    );
+    assert!(message.contains("not marked safe to run again"), "{failed}");
+    assert_eq!(failed["error"]["message"], message);
+    assert_eq!(metric(&a, "mrtr_task_leases_lost_total").await, 1.0);
+    let adopted = r#"mrtr_tasks_adopted_total{outcome="failed"}"#;
+    assert_eq!(metric(&b, adopted).await, 1.0);
+    // Adopted once: another read does not adopt it again.
+    on_task(&on_b, "get", &id, json!({})).await;
+    assert_eq!(metric(&b, adopted).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_dump_of_the_store_shows_ids_statuses_and_times_never_what_was_typed_or_returned() {
+    let store = RedisServer::start().await;
+    let (_m, a) = replica(&store).await;
+    let c = a.client(task_caps());
+    let id = start_task(&c).await;
+    let asked = until_status(&c, &id, "input_required").await;
+    let key = first_key(&asked);
+    update(
+        &c,
+        &id,
+        json!({ key: {"action": "accept", "content": {"n": ANSWER}} }),
+    )
+    .await;
+    let done = until_status(&c, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], RESULT);
+    let dump = store.dump().await;
+    let record = dump
+        .iter()
+        .find(|(k, _)| *k == format!("mrtr:task:{id}"))
+        .map(|(_, v)| serde_json::from_str::<Value>(v).unwrap())
+        .expect("the task's record is in the store");
+    assert_eq!(record["status"], "completed");
+    assert!(record["created_ms"].is_u64() && record["sealed"].is_string());
+    for (k, v) in &dump {
+        for secret in [ANSWER, ARGUMENT, RESULT, "requestedSchema"] {
+            assert!(!v.contains(secret), "{k} holds {secret} in the clear: {v}");
+        }
+    }
+    let mut conn = store.connection().await.unwrap();
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg(format!("mrtr:task:{id}"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(ttl > 0, "the record expires with the task (PTTL {ttl})");
+}
+
+#[tokio::test]
+async fn a_store_that_does_not_answer_leaves_calls_ordinary_and_readyz_says_so() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let mock = Mock::start().await;
+    let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
+    mock.script("slow", vec![vec![done]]);
+    let toml = format!(
+        "[state]\nsecret = \"{KEY}\"\n[tasks]\nstore = \"redis://127.0.0.1:{port}/0\"\n\
+         store_timeout = \"100ms\"\nlease = \"300ms\"\n[tasks.tools]\nslow = \"always\"\n"
+    );
+    let proxy = TestProxy::start(&mock.url(), &toml).await;
+    let c = proxy.client(task_caps());
+    let ex = c
+        .request("tools/call", json!({"name": "slow", "arguments": {}}))
+        .await
+        .unwrap();
+    assert_eq!(ex.result()["resultType"], "complete", "{:?}", ex.last);
+    assert_eq!(ex.result()["content"][0]["text"], RESULT);
+    assert_eq!(metric(&proxy, "mrtr_tasks_not_created_total").await, 1.0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let ready = proxy.get_text("/readyz").await;
+        if ready.contains("task store unreachable") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{ready}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(metric(&proxy, "mrtr_task_store_up").await, 0.0);
+}
