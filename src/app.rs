@@ -19,7 +19,7 @@ use crate::ops::metrics::Metrics;
 use crate::state::keys::{self, KeyError, KeySet};
 use crate::state::{principal_digest, random_id, SpentTokens, TokenCodec};
 use crate::tasks::Tasks;
-use crate::upstream::{Credentials, PrincipalBound, SessionPool};
+use crate::upstream::{Credentials, Declared, PrincipalBound, SessionPool};
 
 /// Pages of `tools/list` read to check `[approval.tools]` against the upstream.
 const POLICY_CHECK_PAGES: usize = 20;
@@ -152,10 +152,15 @@ impl App {
         let (listen_anonymous, legacy_anonymous) = config.anonymous_session_bounds();
         let each = config.pool.max_listen_sessions_per_principal;
         let listen = PrincipalBound::new(each, listen_anonymous);
-        let pool = SessionPool::new(&config.upstream, config.pool.clone(), listen);
-        let issuer = fix_instance_id(&mut config.state);
         let metrics = Arc::new(Metrics::default());
         metrics.parked_bounds(config.parked_limit(), config.state.parked.bytes);
+        let pool = SessionPool::new(
+            &config.upstream,
+            config.pool.clone(),
+            listen,
+            Arc::clone(&metrics),
+        );
+        let issuer = fix_instance_id(&mut config.state);
         let auth = Authenticator::new(
             &config.auth,
             config.upstream.principal_header.clone(),
@@ -311,7 +316,7 @@ impl App {
         let anonymous = principal_digest(None);
         let lease = match self
             .pool
-            .lease(&anonymous, &serde_json::json!({}), &Credentials::default())
+            .lease(&anonymous, &Declared::nothing(), &Credentials::default())
             .await
         {
             Ok(lease) => lease,

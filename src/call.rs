@@ -47,7 +47,9 @@ use crate::ops::metrics::{Gathered, Metrics};
 use crate::state::replay::Replayer;
 use crate::state::TokenCodec;
 use crate::tasks::{Control, Tasks};
-use crate::upstream::{Credentials, Lease, ResponseStream, Session, SessionPool, UpstreamError};
+use crate::upstream::{
+    Credentials, Declared, Lease, ResponseStream, Session, SessionPool, UpstreamError,
+};
 
 mod end;
 mod gather;
@@ -112,6 +114,8 @@ pub(crate) struct CallSpec {
     pub(crate) upstream_params: Option<Box<RawValue>>,
     /// Declared client capabilities.
     pub(crate) capabilities: Value,
+    /// What the session serving it declares upstream (the pool's key).
+    pub(crate) declared: Declared,
     /// May park (`tools/call`, `prompts/get`, `resources/read`).
     pub(crate) input_capable: bool,
     /// Principal digest.

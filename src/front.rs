@@ -21,7 +21,7 @@ use crate::edge::{self, Settled};
 use crate::error::ProxyError;
 use crate::jsonrpc::{Kind, Message};
 use crate::ops::metrics::{self, Era, Limit, RequestTimer};
-use crate::protocol::{MODERN_VERSION, SESSION_HEADER, TASKS_EXTENSION, VERSION_HEADER};
+use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 use crate::trace_context::TraceContext;
 
@@ -58,7 +58,7 @@ enum Classified {
 
 /// For the fuzz targets: whether a modern request validates.
 pub(crate) fn validate_modern(headers: &HeaderMap, msg: Message) -> bool {
-    validate::validate(headers, msg).is_ok()
+    validate::validate(headers, msg, 4096).is_ok()
 }
 
 /// For the fuzz targets: a mirrored header value decoded (plain, or `=?base64?…?=`).
@@ -355,7 +355,8 @@ async fn modern(
     {
         span.record("rpc.id", id.get());
     }
-    let request = match validate::validate(inbound.headers, msg) {
+    let max_extensions = app.config.pool.max_extensions_bytes;
+    let request = match validate::validate(inbound.headers, msg, max_extensions) {
         Ok(r) => r,
         Err(e) => return edge::fail(timer, &e, id.as_deref()),
     };
@@ -458,7 +459,7 @@ async fn discover(
 ) -> Result<Response<Body>, ProxyError> {
     let lease = app
         .pool
-        .lease(&who.digest, &req.capabilities, &who.credentials)
+        .lease(&who.digest, &req.declared, &who.credentials)
         .await?;
     let session = lease.session();
     let ctx = RewriteCtx {
@@ -466,10 +467,8 @@ async fn discover(
         ttl_ms: app.config.results.ttl_ms,
         scope: app.config.results.scope,
     };
-    let mut result = rewrite::discover_result(session.init_result(), session.version(), ctx);
-    if app.config.tasks.enabled {
-        result["capabilities"]["extensions"][TASKS_EXTENSION] = serde_json::json!({});
-    }
+    let tasks = app.config.tasks.enabled;
+    let result = rewrite::discover_result(session.init_result(), session.version(), ctx, tasks);
     let body = crate::jsonrpc::response_bytes(&req.id, &crate::jsonrpc::text(&result));
     Ok(edge::json(StatusCode::OK, HeaderMap::new(), body))
 }

@@ -13,7 +13,7 @@ use crate::config::CacheScope;
 use crate::jsonrpc::ErrorObject;
 use crate::protocol::{
     INTERNAL_ERROR, INVALID_PARAMS, LEGACY_RESOURCE_NOT_FOUND, META_SERVER_INFO, MODERN_VERSION,
-    RESERVED_CODES,
+    RESERVED_CODES, TASKS_EXTENSION,
 };
 
 /// What rewriting needs to know.
@@ -141,16 +141,23 @@ pub(crate) fn rewrite_error(mut err: ErrorObject) -> ErrorObject {
     err
 }
 
-/// Builds the `server/discover` result from the upstream's `InitializeResult`.
-pub(crate) fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCtx<'_>) -> Value {
-    let mut caps = init
-        .get("capabilities")
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    if let Value::Object(c) = &mut caps {
-        // Legacy tasks are not wire-compatible with the tasks extension; do not advertise them.
-        c.remove("tasks");
-    }
+/// Builds the `server/discover` result from the upstream's `InitializeResult`. The upstream's
+/// `capabilities.extensions` are kept (an MCP Apps server advertises `io.modelcontextprotocol/ui`
+/// there); the tasks extension is the proxy's to advertise, when it offers it (`tasks`).
+pub(crate) fn discover_result(
+    init: &Value,
+    legacy_version: &str,
+    ctx: RewriteCtx<'_>,
+    tasks: bool,
+) -> Value {
+    // Capabilities of another type are no declaration: none are advertised.
+    let mut caps = match init.get("capabilities") {
+        Some(Value::Object(c)) => c.clone(),
+        _ => Map::new(),
+    };
+    // Legacy tasks are not wire-compatible with the tasks extension; do not advertise them.
+    caps.remove("tasks");
+    advertise_extensions(&mut caps, tasks);
     let mut out = json!({
         "resultType": "complete",
         "supportedVersions": [MODERN_VERSION, legacy_version],
@@ -165,6 +172,22 @@ pub(crate) fn discover_result(init: &Value, legacy_version: &str, ctx: RewriteCt
         out["_meta"] = json!({ META_SERVER_INFO: info });
     }
     out
+}
+
+// The upstream's extensions (objects only: a declaration is one) without the tasks extension,
+// which only the proxy serves, and the proxy's tasks extension when it offers it.
+fn advertise_extensions(caps: &mut Map<String, Value>, tasks: bool) {
+    let mut extensions = match caps.remove("extensions") {
+        Some(Value::Object(e)) => e,
+        _ => Map::new(),
+    };
+    extensions.retain(|name, settings| name != TASKS_EXTENSION && settings.is_object());
+    if tasks {
+        extensions.insert(TASKS_EXTENSION.to_owned(), json!({}));
+    }
+    if !extensions.is_empty() {
+        caps.insert("extensions".to_owned(), Value::Object(extensions));
+    }
 }
 
 #[cfg(test)]
@@ -264,11 +287,47 @@ mod tests {
     #[test]
     fn discover_from_initialize() {
         let init = json!({"protocolVersion":"2025-06-18","capabilities":{"tools":{"listChanged":true},"tasks":{}},"serverInfo":{"name":"s","version":"1"},"instructions":"use me"});
-        let v = discover_result(&init, "2025-06-18", ctx(None));
+        let v = discover_result(&init, "2025-06-18", ctx(None), false);
         assert_eq!(v["supportedVersions"], json!(["2026-07-28", "2025-06-18"]));
         assert!(v["capabilities"].get("tasks").is_none());
+        assert!(v["capabilities"].get("extensions").is_none());
         assert_eq!(v["instructions"], "use me");
         assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "s");
         assert_eq!(v["ttlMs"], 1000);
+    }
+
+    #[test]
+    fn discover_keeps_the_upstreams_extensions_beside_the_proxys() {
+        let ui = json!({"mimeTypes":["text/html;profile=mcp-app"]});
+        let init = json!({"capabilities":{"extensions":{
+            "io.modelcontextprotocol/ui": ui, TASKS_EXTENSION: {"theirs": true}, "x/not-an-object": 1,
+        }}});
+        for tasks in [true, false] {
+            let v = discover_result(&init, "2025-11-25", ctx(None), tasks);
+            let mut expected = json!({"io.modelcontextprotocol/ui": ui});
+            if tasks {
+                expected[TASKS_EXTENSION] = json!({});
+            }
+            assert_eq!(v["capabilities"]["extensions"], expected, "tasks: {tasks}");
+        }
+        // Whatever the upstream put there, nothing panics and the proxy's own is advertised.
+        for caps in [
+            json!(5),
+            json!({"extensions": "x"}),
+            json!({"extensions": null}),
+            json!(null),
+        ] {
+            let v = discover_result(
+                &json!({"capabilities": caps}),
+                "2025-11-25",
+                ctx(None),
+                true,
+            );
+            assert_eq!(
+                v["capabilities"]["extensions"],
+                json!({TASKS_EXTENSION: {}}),
+                "{caps}"
+            );
+        }
     }
 }

@@ -78,7 +78,7 @@ impl Call {
         let leasing = self
             .ctx
             .pool
-            .lease(&spec.principal, &spec.capabilities, &spec.credentials);
+            .lease(&spec.principal, &spec.declared, &spec.credentials);
         let lease = tokio::select! {
             lease = leasing => lease?,
             () = or_pending(self.phase.leg().map(Leg::closed)) => return Ok(None),

@@ -1,11 +1,12 @@
-//! `[pool]`: how many upstream sessions are kept, and for how long.
+//! `[pool]`: how many upstream sessions are kept, for how long, and how much of a client's
+//! declared extensions may split them.
 
 use std::time::Duration;
 
 use serde::Deserialize;
 
 use super::error::{positive, ConfigError};
-use super::units::{duration, nonzero_duration};
+use super::units::{duration, nonzero_duration, size};
 
 /// `[pool]` as written.
 #[derive(Debug, Default, Deserialize)]
@@ -19,6 +20,10 @@ pub struct RawPool {
     pub acquire_timeout: Option<String>,
     /// `max_listen_sessions_per_principal`
     pub max_listen_sessions_per_principal: Option<usize>,
+    /// `max_extensions`
+    pub max_extensions: Option<String>,
+    /// `max_extension_sets_per_principal`
+    pub max_extension_sets_per_principal: Option<usize>,
 }
 
 /// `[pool]`, validated.
@@ -34,6 +39,13 @@ pub struct Pool {
     /// Sessions the `subscriptions/listen` streams of one principal pin at once (unset: a share
     /// of the pool, see `sizing`).
     pub max_listen_sessions_per_principal: usize,
+    /// Largest `clientCapabilities.extensions` a modern request passes on to the upstream, in
+    /// bytes of its canonical JSON (the proxy's own extension left out); a larger one is
+    /// refused (-32602). Default 4 KiB.
+    pub max_extensions_bytes: usize,
+    /// Distinct extension declarations the sessions of one principal carry at once; a request
+    /// declaring another one past it is served as if it declared none. Default 16.
+    pub max_extension_sets_per_principal: usize,
 }
 
 impl Pool {
@@ -47,6 +59,12 @@ impl Pool {
                 "pool.max_listen_sessions_per_principal",
                 p.max_listen_sessions_per_principal,
                 1,
+            )?,
+            max_extensions_bytes: size("pool.max_extensions", p.max_extensions.as_deref(), "4KiB")?,
+            max_extension_sets_per_principal: positive(
+                "pool.max_extension_sets_per_principal",
+                p.max_extension_sets_per_principal,
+                16,
             )?,
         })
     }

@@ -80,7 +80,7 @@ pub(super) async fn serve(
     };
     let listening = app
         .pool
-        .listen(&principal, &req.capabilities, &credentials, |s| {
+        .listen(&principal, &req.declared, &credentials, |s| {
             subscribes(asked, s)
         })
         .await

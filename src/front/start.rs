@@ -38,6 +38,7 @@ pub(super) fn start_call(
         target: req.target().to_owned(),
         method: req.method,
         capabilities: req.capabilities,
+        declared: req.declared,
         input_capable,
         principal: who.digest,
         credentials: who.credentials.and(trace.headers()),

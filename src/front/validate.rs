@@ -13,6 +13,7 @@ use crate::protocol::{
     META_CAPABILITIES, META_LOG_LEVEL, META_VERSION, METHOD_HEADER, MODERN_VERSION, VERSION_HEADER,
 };
 use crate::trace_context::{Carried, Dropped, TraceContext};
+use crate::upstream::Declared;
 
 mod mirrored;
 
@@ -48,6 +49,8 @@ pub(super) struct ModernRequest {
     target: String,
     /// Declared client capabilities.
     pub(super) capabilities: Value,
+    /// What a session serving it declares upstream (the pool's key).
+    pub(super) declared: Declared,
     /// `io.modelcontextprotocol/logLevel`, when set.
     pub(super) log_level: Option<String>,
     /// `_meta.progressToken`, when set.
@@ -97,12 +100,18 @@ pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
 
 /// Validates a modern request: the required `_meta` version, the mirrored headers (`mirrored`,
 /// checked before the version is judged: a valid header over another body version is a
-/// mismatch, -32020), the version, the method and its target, then the declared capabilities.
+/// mismatch, -32020), the version, the method and its target, then the declared capabilities
+/// (the extensions passed on upstream at most `max_extensions_bytes`).
 ///
 /// # Errors
-/// -32602 for missing `_meta` fields or target, -32020 for a mirrored header missing, not
-/// matching or invalid, -32022 for another version, -32601 for unknown or removed methods.
-pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernRequest, ProxyError> {
+/// -32602 for missing `_meta` fields or target, or extensions past the bound, -32020 for a
+/// mirrored header missing, not matching or invalid, -32022 for another version, -32601 for
+/// unknown or removed methods.
+pub(super) fn validate(
+    headers: &HeaderMap,
+    msg: Message,
+    max_extensions_bytes: usize,
+) -> Result<ModernRequest, ProxyError> {
     let id = msg
         .id
         .ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
@@ -123,6 +132,14 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         .ok_or_else(|| {
             ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"))
         })?;
+    let declared = Declared::of(&capabilities, max_extensions_bytes).map_err(|too| {
+        ProxyError::InvalidParams(format!(
+            "the extensions of _meta[\"{META_CAPABILITIES}\"] passed on upstream are {} bytes \
+             of JSON, above pool.max_extensions ({max_extensions_bytes} bytes); declare fewer \
+             or smaller extensions",
+            too.bytes
+        ))
+    })?;
     let log_level = params.meta(META_LOG_LEVEL);
     let progress_token = params.meta("progressToken");
     let (trace, trace_dropped) =
@@ -134,6 +151,7 @@ pub(super) fn validate(headers: &HeaderMap, msg: Message) -> Result<ModernReques
         params,
         target,
         capabilities,
+        declared,
         log_level,
         progress_token,
         route,
@@ -167,6 +185,11 @@ mod tests {
     use base64::Engine;
 
     use super::*;
+
+    // With the default bound on extensions.
+    pub(super) fn validate(h: &HeaderMap, m: Message) -> Result<ModernRequest, ProxyError> {
+        super::validate(h, m, 4096)
+    }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -1,4 +1,6 @@
-//! The bounded pool of legacy sessions, keyed by (principal digest, declared capabilities).
+//! The bounded pool of legacy sessions, keyed by (principal digest, declared capabilities: the
+//! request's `Declared` text, its extensions included while its principal's sessions carry no
+//! more than `pool.max_extension_sets_per_principal` declarations, see `upstream::declared`).
 //!
 //! Every request leases a session exclusively for its lifetime, so a server request arriving on
 //! the session's GET stream belongs to exactly one call. A healthy lease goes back to the idle list
@@ -19,10 +21,13 @@ use super::changes::{Change, ChangeFeed, Changes};
 use super::client::{UpstreamClient, UpstreamError};
 use super::connect::Connector;
 use super::credentials::{Credentials, LiveCredentials};
+use super::declared::{Declared, ExtensionHold, ExtensionSets};
 use super::pins::{Pins, PrincipalBound};
-use super::session::{legacy_capabilities_text, Session, SessionParams};
+use super::session::{Session, SessionParams};
 use crate::config::{self, UpstreamTransport};
+use crate::ops::metrics::{Limit, Metrics};
 
+mod idle;
 pub(crate) mod listen;
 
 /// Sessions are shared only between requests with the same key.
@@ -30,7 +35,7 @@ pub(crate) mod listen;
 pub(crate) struct PoolKey {
     /// Principal digest.
     pub(crate) principal: String,
-    /// Canonical JSON of the declared (legacy-mapped) capabilities.
+    /// Canonical JSON of the declared (legacy-mapped) capabilities ([`Declared`]).
     pub(crate) capabilities: String,
 }
 
@@ -60,6 +65,11 @@ pub(crate) struct SessionPool {
     closing: TaskTracker,
     /// The sessions listen streams pin, per principal (`pool.max_listen_sessions_per_principal`).
     pins: Arc<Pins>,
+    /// The extension declarations sessions carry, per principal
+    /// (`pool.max_extension_sets_per_principal`).
+    extension_sets: Arc<ExtensionSets>,
+    /// Counts a request served without its extensions (past that bound).
+    metrics: Arc<Metrics>,
 }
 
 enum Acquired {
@@ -102,6 +112,7 @@ impl SessionPool {
         upstream: &config::Upstream,
         cfg: config::Pool,
         listen: PrincipalBound,
+        metrics: Arc<Metrics>,
     ) -> Arc<Self> {
         let client = UpstreamClient::new(
             upstream.url.clone(),
@@ -116,6 +127,8 @@ impl SessionPool {
         };
         let permits = Arc::new(Semaphore::new(max_sessions));
         let pins = Pins::new(listen);
+        let extension_sets =
+            ExtensionSets::new(cfg.max_extension_sets_per_principal, cfg.idle_timeout);
         Arc::new(Self {
             client,
             connector: Connector::new(upstream.transport.clone()),
@@ -131,6 +144,8 @@ impl SessionPool {
             waiters: AtomicUsize::new(0),
             closing: TaskTracker::new(),
             pins,
+            extension_sets,
+            metrics,
         })
     }
 
@@ -192,20 +207,54 @@ impl SessionPool {
         &self.client
     }
 
-    /// Leases a session for `principal` with `capabilities` (modern shape), creating one if needed.
+    /// Leases a session for `principal` declaring `declared`, creating one if needed.
     ///
     /// # Errors
     /// [`UpstreamError::Busy`] when the pool stays full; the errors of the handshake.
     pub(crate) async fn lease(
         self: &Arc<Self>,
         principal: &str,
-        capabilities: &Value,
+        declared: &Declared,
         credentials: &Credentials,
     ) -> Result<Lease, UpstreamError> {
-        let key = PoolKey {
+        let (key, hold) = self.admit(principal, declared);
+        self.lease_key(key, hold, credentials).await
+    }
+
+    // The key a request declaring `declared` is served under, with the hold a new session of
+    // it keeps on its extension declaration. Past the principal's bound of declarations the
+    // request is served as if it declared no extension: a client sending a new declaration per
+    // request cannot make a session per request, and a declaring client never gets more than
+    // it declared.
+    fn admit(&self, principal: &str, declared: &Declared) -> (PoolKey, Option<ExtensionHold>) {
+        let key = |capabilities| PoolKey {
             principal: principal.to_owned(),
-            capabilities: legacy_capabilities_text(capabilities),
+            capabilities,
         };
+        let Some(extensions) = declared.extensions() else {
+            return (key(declared.text().to_owned()), None);
+        };
+        match self.extension_sets.hold(principal, extensions) {
+            Some(hold) => (key(declared.text().to_owned()), Some(hold)),
+            None => {
+                self.metrics.limit_hit(Limit::ExtensionSets);
+                tracing::debug!(
+                    "a principal's sessions carry pool.max_extension_sets_per_principal = {} \
+                     extension declarations; a request is served without its extensions",
+                    self.cfg.max_extension_sets_per_principal
+                );
+                (key(declared.text_without_extensions()), None)
+            }
+        }
+    }
+
+    // Leases a session of `key`; a new one keeps `hold`.
+    async fn lease_key(
+        self: &Arc<Self>,
+        key: PoolKey,
+        hold: Option<ExtensionHold>,
+        credentials: &Credentials,
+    ) -> Result<Lease, UpstreamError> {
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         let permit = match self.acquire(&key).await? {
             Acquired::Idle(session) => {
@@ -228,8 +277,9 @@ impl SessionPool {
             default_roots: Arc::clone(&self.default_roots),
             changes: ChangeFeed {
                 changes: Arc::clone(&self.changes),
-                principal: Arc::from(principal),
+                principal: Arc::from(key.principal.as_str()),
             },
+            extensions: hold,
         };
         let opened = self
             .connector
@@ -300,11 +350,7 @@ impl SessionPool {
     /// Runs one handshake (and closes it) to learn whether the upstream is up; sets readiness.
     pub(crate) async fn probe(self: &Arc<Self>) -> bool {
         match self
-            .lease(
-                "",
-                &Value::Object(Default::default()),
-                &Credentials::default(),
-            )
+            .lease("", &Declared::nothing(), &Credentials::default())
             .await
         {
             Ok(mut lease) => {
@@ -319,36 +365,6 @@ impl SessionPool {
             Err(UpstreamError::Unauthorized { .. }) => true,
             Err(_) => false,
         }
-    }
-
-    /// Closes idle sessions older than the idle timeout. Returns how many were closed.
-    pub(crate) async fn reap_idle(&self) -> usize {
-        self.client().close_idle();
-        let cutoff = Instant::now().checked_sub(self.cfg.idle_timeout);
-        let mut stale = Vec::new();
-        if let Ok(mut idle) = self.idle.lock() {
-            for list in idle.values_mut() {
-                list.retain(|s| {
-                    let last = s
-                        .last_used
-                        .lock()
-                        .map(|t| *t)
-                        .unwrap_or_else(|_| Instant::now());
-                    let keep =
-                        !s.is_dead() && (s.has_listeners() || cutoff.is_none_or(|c| last > c));
-                    if !keep {
-                        stale.push(Arc::clone(s));
-                    }
-                    keep
-                });
-            }
-            idle.retain(|_, l| !l.is_empty());
-        }
-        let n = stale.len();
-        for s in stale {
-            s.close().await;
-        }
-        n
     }
 
     /// Closes every session (shutdown): the idle ones, and waits (at most `timeout`) for those
@@ -373,57 +389,6 @@ impl SessionPool {
         }
     }
 
-    /// Number of idle sessions (for tests and metrics).
-    pub(crate) fn idle_count(&self) -> usize {
-        self.idle
-            .lock()
-            .map(|m| m.values().map(Vec::len).sum())
-            .unwrap_or(0)
-    }
-
-    // Prefers a session a listen stream relies on: a legacy server ties per-session features (e.g.
-    // "send updates for the resources this session subscribed to") to the session a call runs on.
-    fn take_idle(&self, key: &PoolKey) -> Option<Arc<Session>> {
-        let mut idle = self.idle.lock().ok()?;
-        let list = idle.get_mut(key)?;
-        list.retain(|s| !s.is_dead());
-        let i = list
-            .iter()
-            .rposition(|s| s.has_listeners())
-            .or_else(|| list.len().checked_sub(1))?;
-        Some(list.remove(i))
-    }
-
-    async fn evict_one_idle(&self) {
-        let victim = self.idle.lock().ok().and_then(|mut idle| {
-            let key = idle
-                .iter()
-                .filter_map(|(k, v)| {
-                    v.iter().find(|s| !s.has_listeners()).map(|s| {
-                        (
-                            k.clone(),
-                            s.last_used
-                                .lock()
-                                .map(|t| *t)
-                                .unwrap_or_else(|_| Instant::now()),
-                        )
-                    })
-                })
-                .min_by_key(|(_, t)| *t)
-                .map(|(k, _)| k)?;
-            let list = idle.get_mut(&key)?;
-            let i = list.iter().position(|s| !s.has_listeners())?;
-            let s = Some(list.remove(i));
-            if list.is_empty() {
-                idle.remove(&key);
-            }
-            s
-        });
-        if let Some(s) = victim {
-            s.close().await;
-        }
-    }
-
     /// A place in the pool for a session outside it (a legacy client's own), evicting an idle
     /// one when full; `key` must be one no idle session has.
     pub(super) async fn permit_for(
@@ -442,16 +407,6 @@ impl SessionPool {
     /// How sessions are opened.
     pub(super) fn connector(&self) -> &Connector {
         &self.connector
-    }
-
-    fn give_back(&self, key: PoolKey, session: Arc<Session>) {
-        if let Ok(mut t) = session.last_used.lock() {
-            *t = Instant::now();
-        }
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.entry(key).or_default().push(session);
-        }
-        self.returned.notify_waiters();
     }
 }
 

@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::changes::{is_change, ChangeFeed};
 use super::client::{UpstreamClient, UpstreamError};
 use super::credentials::{Credentials, LiveCredentials};
+use super::declared::ExtensionHold;
 use super::link::{Link, Owner, SinkFuture};
 use super::stream::MessageStream;
 use crate::body;
@@ -28,7 +29,7 @@ mod get_stream;
 mod request;
 mod wire;
 
-pub(crate) use wire::{base_request, legacy_capabilities_text, Handshake, SessionParams};
+pub(crate) use wire::{base_request, Handshake, SessionParams};
 use wire::{close_with, drain, handshake, init_params, initialize_result};
 
 /// A live legacy session.
@@ -55,6 +56,8 @@ pub(crate) struct Session {
     /// Woken when the session is marked dead.
     died: Notify,
     _permit: OwnedSemaphorePermit,
+    /// Counts the extension declaration it carries for its principal, while it lives.
+    _extensions: Option<ExtensionHold>,
 }
 
 /// Keeps a session's listen-stream count up while held (see [`Session::pin_listener`]).
@@ -177,6 +180,7 @@ impl Session {
             listeners: AtomicUsize::new(0),
             died: Notify::new(),
             _permit: permit,
+            _extensions: params.extensions,
         })
     }
 

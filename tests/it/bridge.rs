@@ -238,6 +238,10 @@ impl Legacy {
     }
 
     async fn send(&self, method: Method, body: Option<&Value>) -> Response<Incoming> {
+        self.send_text(method, body.map(Value::to_string)).await
+    }
+
+    async fn send_text(&self, method: Method, body: Option<String>) -> Response<Incoming> {
         let mut b = Request::builder()
             .method(method)
             .uri(&self.url)
@@ -250,9 +254,9 @@ impl Legacy {
             b = b.header("authorization", a);
         }
         let req = match body {
-            Some(v) => b
+            Some(text) => b
                 .header("content-type", "application/json")
-                .body(full(v.to_string())),
+                .body(full(text)),
             None => b.body(empty()),
         };
         tokio::time::timeout(WAIT, self.http.request(req.unwrap()))
@@ -280,6 +284,19 @@ impl Legacy {
             "clientInfo": {"name": name, "version": "1"}});
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
         let resp = self.send(Method::POST, Some(&msg)).await;
+        let status = resp.status();
+        let sid = resp
+            .headers()
+            .get("mcp-session-id")
+            .map(|v| v.to_str().unwrap().to_owned());
+        (status, sid, json_body(resp).await)
+    }
+
+    /// POSTs `initialize` with id 0 and `params`, as this JSON text; returns the status, the
+    /// session id issued (if any) and the body. Does not keep the session id.
+    pub async fn initialize_with(&self, params: &str) -> (StatusCode, Option<String>, Value) {
+        let text = format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{params}}}"#);
+        let resp = self.send_text(Method::POST, Some(text)).await;
         let status = resp.status();
         let sid = resp
             .headers()

@@ -160,7 +160,7 @@ mod tests {
     use serde_json::Value;
 
     use super::*;
-    use crate::front::validate::validate;
+    use crate::front::validate::tests::validate;
     use crate::jsonrpc::Message;
     use crate::protocol::{META_CAPABILITIES, MODERN_VERSION};
 

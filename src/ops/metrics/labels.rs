@@ -138,6 +138,8 @@ label_values! {
         /// `pool.max_listen_sessions_per_principal` or `server.max_legacy_sessions_per_principal`:
         /// the principal holds its share of the upstream sessions (503).
         PrincipalSessions => "principal_sessions",
+        /// `pool.max_extension_sets_per_principal`: a request served without its extensions.
+        ExtensionSets => "extension_sets",
     }
 }
 

@@ -6,14 +6,14 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio::time::Instant;
 
 use super::{Lease, PoolKey, SessionPool};
 use crate::upstream::client::UpstreamError;
 use crate::upstream::credentials::Credentials;
+use crate::upstream::declared::Declared;
 use crate::upstream::pins::{Found, Pin};
-use crate::upstream::session::{legacy_capabilities_text, Session};
+use crate::upstream::session::Session;
 
 /// A listen stream's session, pinned for as long as the [`Pin`] lives.
 #[derive(Debug)]
@@ -54,8 +54,8 @@ impl Listening {
 }
 
 impl SessionPool {
-    /// A pinned session for a listen stream of `principal` with `capabilities` (modern shape);
-    /// `exclusive` says whether the stream must have a session to itself while it sets up.
+    /// A pinned session for a listen stream of `principal` declaring `declared`; `exclusive`
+    /// says whether the stream must have a session to itself while it sets up.
     ///
     /// # Errors
     /// [`Refused::Bound`] past the principal's bound; [`UpstreamError::Busy`] when the session it
@@ -63,14 +63,11 @@ impl SessionPool {
     pub(crate) async fn listen(
         self: &Arc<Self>,
         principal: &str,
-        capabilities: &Value,
+        declared: &Declared,
         credentials: &Credentials,
         exclusive: impl Fn(&Session) -> bool,
     ) -> Result<Listening, Refused> {
-        let key = PoolKey {
-            principal: principal.to_owned(),
-            capabilities: legacy_capabilities_text(capabilities),
-        };
+        let (key, mut hold) = self.admit(principal, declared);
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         loop {
             let changed = self.pins.changed();
@@ -88,7 +85,7 @@ impl SessionPool {
                 Found::Shared(pin, session, lease) => (pin, session, lease),
                 Found::Room(mut pin) => {
                     let lease = self
-                        .lease(principal, capabilities, credentials)
+                        .lease_key(key.clone(), hold.take(), credentials)
                         .await
                         .map_err(Refused::Upstream)?;
                     self.pins.fill(&mut pin, lease.session());

@@ -131,6 +131,7 @@ mod tests {
                 changes: crate::upstream::changes::Changes::new(1),
                 principal: Arc::from("p"),
             },
+            extensions: None,
         };
         let permit = Arc::new(Semaphore::new(1)).acquire_owned().await.unwrap();
         Session::build(client, None, None, json!({}), params, permit)

@@ -12,6 +12,7 @@ use crate::protocol::{SESSION_HEADER, VERSION_HEADER};
 use crate::upstream::changes::ChangeFeed;
 use crate::upstream::client::{UpstreamClient, UpstreamError};
 use crate::upstream::credentials::{Credentials, LiveCredentials};
+use crate::upstream::declared::ExtensionHold;
 use crate::upstream::link::Link;
 use crate::upstream::stream::MessageStream;
 
@@ -23,7 +24,7 @@ pub(crate) struct Handshake {
 }
 
 /// What `initialize` needs to know.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct SessionParams {
     /// Capabilities declared upstream (legacy shape).
     pub(crate) capabilities: Value,
@@ -36,6 +37,8 @@ pub(crate) struct SessionParams {
     pub(crate) default_roots: Arc<Vec<Value>>,
     /// Where this session's change notifications go.
     pub(crate) changes: ChangeFeed,
+    /// Its hold on the extension declaration it carries, if any (kept for its life).
+    pub(crate) extensions: Option<ExtensionHold>,
 }
 
 // POSTs `initialize` declaring the capabilities; returns the session id and the InitializeResult.
@@ -145,53 +148,4 @@ pub(super) async fn drain(
     let body = http_body_util::Limited::new(resp.into_body(), 64 * 1024).collect();
     let _ = tokio::time::timeout(deadline, body).await;
     outcome
-}
-
-/// The capabilities a legacy client declares in `initialize`, in key order (that of a
-/// `serde_json::Map`, so that [`legacy_capabilities_text`] writes the canonical text).
-const LEGACY_CAPABILITIES: [&str; 4] = ["elicitation", "experimental", "roots", "sampling"];
-
-/// Maps the capabilities a modern request declared to what `initialize` declares upstream, as
-/// canonical JSON text written without building a map: the pool keys sessions by it on every
-/// lease, and a new session declares it (parsed then).
-pub(crate) fn legacy_capabilities_text(modern: &Value) -> String {
-    let mut out = Vec::with_capacity(64);
-    out.push(b'{');
-    for key in LEGACY_CAPABILITIES {
-        if let Some(v) = modern.get(key) {
-            if out.len() > 1 {
-                out.push(b',');
-            }
-            // The keys need no escaping; a `Value` always serializes, into a `Vec` infallibly.
-            out.push(b'"');
-            out.extend_from_slice(key.as_bytes());
-            out.extend_from_slice(b"\":");
-            let _ = serde_json::to_writer(&mut out, v);
-        }
-    }
-    out.push(b'}');
-    String::from_utf8(out).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn capability_mapping_drops_modern_only_keys() {
-        let m = json!({"elicitation":{"form":{}},"extensions":{"io.modelcontextprotocol/tasks":{}},"roots":{}});
-        let all = json!({"sampling":{},"roots":{"listChanged":true},"experimental":{"x":[1]},"elicitation":{}});
-        for (modern, legacy) in [
-            (m, json!({"elicitation":{"form":{}},"roots":{}})),
-            (json!({}), json!({})),
-            (json!([1]), json!({})),
-            (all.clone(), all),
-        ] {
-            // The canonical text of the mapped capabilities (a `Map` sorts its keys).
-            assert_eq!(
-                legacy_capabilities_text(&modern),
-                crate::jsonrpc::text(&legacy)
-            );
-        }
-    }
 }

@@ -69,6 +69,10 @@ struct State {
     answers: Mutex<Vec<(String, Value)>>,
     deleted: Mutex<Vec<String>>,
     initialized: Mutex<Vec<Value>>,
+    // The client capabilities each session's `initialize` declared, by session id.
+    session_caps: Mutex<HashMap<String, Value>>,
+    // The server capabilities `initialize` answers with, when set.
+    server_caps: Mutex<Option<Value>>,
     changed: Notify,
     get_streams: Mutex<HashMap<String, mpsc::Sender<Bytes>>>,
     sessions: Mutex<HashMap<String, ()>>,
@@ -202,6 +206,25 @@ impl Mock {
 
     pub fn initialized(&self) -> Vec<Value> {
         self.state.initialized.lock().unwrap().clone()
+    }
+
+    /// From now on, `initialize` answers with these server capabilities.
+    pub fn declare(&self, capabilities: Value) {
+        *self.state.server_caps.lock().unwrap() = Some(capabilities);
+    }
+
+    /// For every POSTed `method`, in order: the client capabilities the `initialize` of the
+    /// session it ran on declared.
+    pub fn sessions_serving(&self, method: &str) -> Vec<Value> {
+        let caps = self.state.session_caps.lock().unwrap();
+        self.posted_with_headers()
+            .iter()
+            .filter(|(m, _)| m["method"] == method)
+            .map(|(_, h)| {
+                let sid = h["mcp-session-id"].to_str().unwrap();
+                caps.get(sid).cloned().expect("a session the mock opened")
+            })
+            .collect()
     }
 
     pub fn deleted(&self) -> Vec<String> {
@@ -400,7 +423,12 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
         let id = format!("mock-{}", st.counter.fetch_add(1, Ordering::Relaxed));
         st.sessions.lock().unwrap().insert(id.clone(), ());
         st.initialized.lock().unwrap().push(msg["params"].clone());
-        let result = json!({"protocolVersion":"2025-11-25","capabilities":{"tools":{"listChanged":true},"resources":{"subscribe":true}},"serverInfo":{"name":"mock","version":"1"}});
+        let declared = msg["params"]["capabilities"].clone();
+        st.session_caps.lock().unwrap().insert(id.clone(), declared);
+        let caps = st.server_caps.lock().unwrap().clone().unwrap_or_else(
+            || json!({"tools":{"listChanged":true},"resources":{"subscribe":true}}),
+        );
+        let result = json!({"protocolVersion":"2025-11-25","capabilities":caps,"serverInfo":{"name":"mock","version":"1"}});
         let mut r = Response::new(full(
             json!({"jsonrpc":"2.0","id":msg["id"],"result":result}).to_string(),
         ));
