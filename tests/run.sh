@@ -37,6 +37,12 @@ fi
 if [ ! -d "$interop/node_modules/@modelcontextprotocol/client" ] || [ "$interop/package-lock.json" -nt "$interop/node_modules/.package-lock.json" ]; then
   (cd "$interop" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The MCP Apps peers (tests/interop/test_mcp_apps.py): ext-apps 1.x on the legacy SDK, and the
+# official example app server, pinned in a package of their own.
+apps="$interop/apps"
+if [ ! -d "$apps/node_modules/@modelcontextprotocol/server-basic-vanillajs" ] || [ "$apps/package-lock.json" -nt "$apps/node_modules/.package-lock.json" ]; then
+  (cd "$apps" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 # nginx is the round-robin balancer of the cluster tests (tests/interop/test_cluster.py).
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then

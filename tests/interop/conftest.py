@@ -189,7 +189,9 @@ def run_ts_client(url, ops, capabilities=None, timeout=60):
     if capabilities is not None:
         cmd.append(json.dumps(capabilities))
     out = subprocess.run(cmd, cwd=str(HERE), capture_output=True, text=True, timeout=timeout)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    # Split on newlines only: splitlines() also splits on U+2028 and the like, which JSON
+    # strings (an app's HTML) may hold unescaped.
+    lines = [l for l in out.stdout.split("\n") if l.startswith("{")]
     if not lines:
         raise AssertionError(f"ts client printed nothing\nstdout:{out.stdout}\nstderr:{out.stderr}")
     return json.loads(lines[-1])

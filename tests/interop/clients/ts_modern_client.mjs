@@ -75,12 +75,17 @@ try {
     else if (op.op === 'discover') results.push({ version: client.getNegotiatedProtocolVersion?.(), server: client.getServerVersion(), capabilities: client.getServerCapabilities() });
     else throw new Error(`unknown op ${op.op}`);
   }
-  console.log(JSON.stringify({ results, counts }));
+  const outcome = { results, counts };
   await client.close();
   clearTimeout(timer);
-  process.exit(0);
+  print(outcome, 0);
 } catch (e) {
-  console.log(JSON.stringify({ error: String(e?.message ?? e), code: e?.code, counts }));
   clearTimeout(timer);
-  process.exit(2);
+  print({ error: String(e?.message ?? e), code: e?.code, counts }, 2);
+}
+
+// Prints the outcome line, then exits once it is written: process.exit() right after a write to
+// a pipe cuts off what did not fit the pipe's buffer (a long result, such as an app's HTML).
+function print(outcome, code) {
+  process.stdout.write(JSON.stringify(outcome) + '\n', () => process.exit(code));
 }
