@@ -283,19 +283,17 @@ impl Legacy {
             "capabilities": {"elicitation": {}, "roots": {"listChanged": true}},
             "clientInfo": {"name": name, "version": "1"}});
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": params});
-        let resp = self.send(Method::POST, Some(&msg)).await;
-        let status = resp.status();
-        let sid = resp
-            .headers()
-            .get("mcp-session-id")
-            .map(|v| v.to_str().unwrap().to_owned());
-        (status, sid, json_body(resp).await)
+        self.post_initialize(msg.to_string()).await
     }
 
     /// POSTs `initialize` with id 0 and `params`, as this JSON text; returns the status, the
     /// session id issued (if any) and the body. Does not keep the session id.
     pub async fn initialize_with(&self, params: &str) -> (StatusCode, Option<String>, Value) {
         let text = format!(r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{params}}}"#);
+        self.post_initialize(text).await
+    }
+
+    async fn post_initialize(&self, text: String) -> (StatusCode, Option<String>, Value) {
         let resp = self.send_text(Method::POST, Some(text)).await;
         let status = resp.status();
         let sid = resp

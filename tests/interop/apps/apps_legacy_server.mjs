@@ -7,7 +7,6 @@
 // ui extension in its own capabilities.
 // Streamable HTTP (one McpServer per session) on 127.0.0.1:0, printing `READY <port>`; with
 // `--stdio` it speaks on stdin/stdout and binds nothing.
-import { randomUUID } from 'node:crypto';
 import express from 'express';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
@@ -20,6 +19,7 @@ import {
   registerAppResource,
   registerAppTool,
 } from '@modelcontextprotocol/ext-apps/server';
+import { sessionApp } from '../servers/sessions.mjs';
 
 const APP_URI = 'ui://weather/app.html';
 const APP_HTML = '<!doctype html><title>Weather</title><p id="t">Sunny, 21 °C</p>';
@@ -60,35 +60,6 @@ function build() {
 if (process.argv.includes('--stdio')) {
   await build().connect(new StdioServerTransport());
 } else {
-  const app = express();
-  app.use(express.json());
-  const transports = new Map();
-  app.post('/mcp', async (req, res) => {
-    const sid = req.headers['mcp-session-id'];
-    let transport = sid ? transports.get(sid) : undefined;
-    if (!transport) {
-      if (sid || !isInitializeRequest(req.body)) {
-        res.status(400).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: No valid session ID provided' }, id: null });
-        return;
-      }
-      transport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (id) => transports.set(id, transport),
-      });
-      transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
-      await build().connect(transport);
-    }
-    await transport.handleRequest(req, res, req.body);
-  });
-  const session = async (req, res) => {
-    const transport = transports.get(req.headers['mcp-session-id']);
-    if (!transport) {
-      res.status(400).send('Invalid or missing session ID');
-      return;
-    }
-    await transport.handleRequest(req, res);
-  };
-  app.get('/mcp', session);
-  app.delete('/mcp', session);
+  const app = sessionApp(express, build, { StreamableHTTPServerTransport, isInitializeRequest });
   const listener = app.listen(0, '127.0.0.1', () => console.log(`READY ${listener.address().port}`));
 }

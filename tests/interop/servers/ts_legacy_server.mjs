@@ -1,12 +1,11 @@
 // A legacy (2025-11-25) MCP server on the official TypeScript SDK (@modelcontextprotocol/sdk 1.32.2),
-// one McpServer per session, the usual express wiring. Server requests made with relatedRequestId go
+// one McpServer per session, the usual express wiring (servers/sessions.mjs). Server requests made with relatedRequestId go
 // on the call's POST stream; `ask_name_standalone` makes one without it, which the SDK sends on the
 // session's GET stream. With `--json` the transport answers in JSON-response mode (enableJsonResponse:
 // no SSE on POSTs, so only standalone requests can reach the client). Binds 127.0.0.1:0 and prints
 // `READY <port>` once listening. With `--sse` it serves the deprecated HTTP+SSE transport instead
 // (GET /sse, POST /messages?sessionId=…, SSEServerTransport), and with `--stdio` it speaks on
 // stdin/stdout (StdioServerTransport) and binds nothing.
-import { randomUUID } from 'node:crypto';
 import express from 'express';
 import { z } from 'zod';
 import { McpServer, ResourceTemplate } from '@modelcontextprotocol/sdk/server/mcp.js';
@@ -14,6 +13,7 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import { SSEServerTransport } from '@modelcontextprotocol/sdk/server/sse.js';
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import { sessionApp } from './sessions.mjs';
 
 const nameSchema = { type: 'object', properties: { name: { type: 'string' } }, required: ['name'] };
 
@@ -153,38 +153,8 @@ if (process.argv.includes('--stdio')) {
 
 function serveHttp(sseMode) {
 const jsonMode = process.argv.includes('--json');
-const app = express();
-app.use(express.json());
-const transports = new Map();
-
-app.post('/mcp', async (req, res) => {
-  const sid = req.headers['mcp-session-id'];
-  let transport = sid ? transports.get(sid) : undefined;
-  if (!transport) {
-    if (sid || !isInitializeRequest(req.body)) {
-      res.status(400).json({ jsonrpc: '2.0', error: { code: -32000, message: 'Bad Request: No valid session ID provided' }, id: null });
-      return;
-    }
-    transport = new StreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      enableJsonResponse: jsonMode,
-      onsessioninitialized: (id) => transports.set(id, transport),
-    });
-    transport.onclose = () => transport.sessionId && transports.delete(transport.sessionId);
-    await build().connect(transport);
-  }
-  await transport.handleRequest(req, res, req.body);
-});
-const session = async (req, res) => {
-  const transport = transports.get(req.headers['mcp-session-id']);
-  if (!transport) {
-    res.status(400).send('Invalid or missing session ID');
-    return;
-  }
-  await transport.handleRequest(req, res);
-};
-app.get('/mcp', session);
-app.delete('/mcp', session);
+const sdk = { StreamableHTTPServerTransport, isInitializeRequest };
+const app = sessionApp(express, build, sdk, { enableJsonResponse: jsonMode });
 
 const sse = new Map();
 if (sseMode) {
