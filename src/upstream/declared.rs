@@ -24,7 +24,7 @@ const OWN_EXTENSIONS: [&str; 1] = [TASKS_EXTENSION];
 /// What `initialize` declares upstream for a request, as canonical JSON text.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Declared {
-    text: String,
+    text: Arc<str>,
     /// Where the `extensions` member starts in `text` (its comma included) and where its object
     /// starts; it is the last member, so the object ends one byte before the text does.
     extensions: Option<(usize, usize)>,
@@ -114,21 +114,27 @@ impl Declared {
             None => None,
         };
         out.push(b'}');
-        let text = String::from_utf8(out).unwrap_or_else(|_| "{}".to_owned());
+        let text = String::from_utf8(out).map_or_else(|_| Arc::from("{}"), Arc::from);
         Ok(Self { text, extensions })
     }
 
     /// Nothing declared (the proxy's own sessions: probes, checks).
     pub(crate) fn nothing() -> Self {
         Self {
-            text: "{}".to_owned(),
+            text: Arc::from("{}"),
             extensions: None,
         }
     }
 
     /// The canonical text.
+    #[cfg(test)]
     pub(crate) fn text(&self) -> &str {
         &self.text
+    }
+
+    /// The canonical text, shared (the pool's key holds it).
+    pub(crate) fn shared_text(&self) -> Arc<str> {
+        Arc::clone(&self.text)
     }
 
     /// The extensions passed on, as canonical JSON text; `None` when there are none.
@@ -141,7 +147,7 @@ impl Declared {
     pub(crate) fn text_without_extensions(&self) -> String {
         match self.extensions {
             Some((member, _)) => format!("{}}}", self.text.get(..member).unwrap_or("{")),
-            None => self.text.clone(),
+            None => self.text.to_string(),
         }
     }
 }

@@ -41,7 +41,7 @@ impl SessionPool {
         // A key no idle session has: only a permit (or an eviction) can answer it.
         let key = PoolKey {
             principal: "\0own".into(),
-            capabilities: String::new(),
+            capabilities: Arc::from(""),
         };
         let permit = self.permit_for(&key).await?;
         let deadline = Instant::now() + self.client().timeout();

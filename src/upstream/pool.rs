@@ -35,8 +35,9 @@ pub(crate) mod listen;
 pub(crate) struct PoolKey {
     /// Principal digest.
     pub(crate) principal: String,
-    /// Canonical JSON of the declared (legacy-mapped) capabilities ([`Declared`]).
-    pub(crate) capabilities: String,
+    /// Canonical JSON of the declared (legacy-mapped) capabilities ([`Declared`]): shared, so
+    /// that a lease and its return clone no text.
+    pub(crate) capabilities: Arc<str>,
 }
 
 /// The session pool.
@@ -232,10 +233,10 @@ impl SessionPool {
             capabilities,
         };
         let Some(extensions) = declared.extensions() else {
-            return (key(declared.text().to_owned()), None);
+            return (key(declared.shared_text()), None);
         };
         match self.extension_sets.hold(principal, extensions) {
-            Some(hold) => (key(declared.text().to_owned()), Some(hold)),
+            Some(hold) => (key(declared.shared_text()), Some(hold)),
             None => {
                 self.metrics.limit_hit(Limit::ExtensionSets);
                 tracing::debug!(
@@ -243,7 +244,7 @@ impl SessionPool {
                      extension declarations; a request is served without its extensions",
                     self.cfg.max_extension_sets_per_principal
                 );
-                (key(declared.text_without_extensions()), None)
+                (key(Arc::from(declared.text_without_extensions())), None)
             }
         }
     }

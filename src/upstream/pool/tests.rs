@@ -28,11 +28,11 @@ async fn extensions_are_part_of_the_key_within_the_principals_bound_of_declarati
         Declared::of(&caps, 4096).unwrap()
     };
     let (plain, none) = pool.admit("p", &declaring(serde_json::json!({})));
-    assert_eq!(plain.capabilities, r#"{"roots":{}}"#);
+    assert_eq!(&*plain.capabilities, r#"{"roots":{}}"#);
     assert!(none.is_none(), "no extensions, nothing held");
     let (a, hold_a) = pool.admit("p", &declaring(serde_json::json!({"x/a": {"v": 1}})));
     assert_eq!(
-        a.capabilities,
+        &*a.capabilities,
         r#"{"roots":{},"extensions":{"x/a":{"v":1}}}"#
     );
     let (b, hold_b) = pool.admit("p", &declaring(serde_json::json!({"x/b": {}})));
