@@ -16,6 +16,7 @@
 //!   any phase ── client gone / upstream failure / shutdown: finish ─▶ Done
 //!   Running ── `tasks.after` passed (the client declared the tasks extension): detach ─▶ Detached
 //!   Detached ── final result, failure, tasks/cancel, the task's TTL, shutdown: finish ─▶ Done
+//!   (a replay-safe task adopted from a lost instance): adopted ─▶ Detached
 //! ```
 //!
 //! A leg is one client exchange (the first request or a retry); `Parked` is the only phase with
@@ -145,14 +146,41 @@ pub(crate) struct CallSpec {
 }
 
 /// Starts the actor for a fresh call; `first` is the client's exchange.
-pub(crate) fn spawn(ctx: Arc<CallContext>, mut spec: CallSpec, first: Leg) {
+pub(crate) fn spawn(ctx: Arc<CallContext>, spec: CallSpec, first: Leg) {
+    launch(ctx, spec, Phase::start(first), Rounds::default());
+}
+
+/// Starts the actor of a replay-safe task adopted from an instance that was lost: it runs the
+/// call again as that task from the start (no exchange is open), answering from the task's
+/// journal what was answered before, listing on the task what is asked anew.
+pub(crate) fn spawn_adopted(ctx: Arc<CallContext>, spec: CallSpec, adopted: AdoptedTask) {
+    let task = TaskRun {
+        guard: adopted.guard,
+        control: adopted.mailbox,
+        replay_safe: true,
+    };
+    let rounds = Rounds::after(adopted.keys_minted);
+    launch(ctx, spec, Phase::adopted(task), rounds);
+}
+
+/// An adopted task's part of [`spawn_adopted`].
+pub(crate) struct AdoptedTask {
+    /// The task's guard and mailbox.
+    pub(crate) guard: crate::tasks::TaskGuard,
+    /// See `guard`.
+    pub(crate) mailbox: mpsc::Receiver<Control>,
+    /// Keys minted over the task's life.
+    pub(crate) keys_minted: u32,
+}
+
+fn launch(ctx: Arc<CallContext>, mut spec: CallSpec, phase: Phase<TaskRun>, rounds: Rounds) {
     let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
     let replay = ReplayState::new(spec.replay_from.take());
     let call = Call {
         ctx,
         spec,
-        phase: Phase::start(first),
-        rounds: Rounds::default(),
+        phase,
+        rounds,
         replay,
         parking: None,
         lease: None,
@@ -224,6 +252,8 @@ enum Upstream {
 struct TaskRun {
     guard: crate::tasks::TaskGuard,
     control: mpsc::Receiver<Control>,
+    /// Its record keeps a journal of the answers (another instance may run it again).
+    replay_safe: bool,
 }
 
 /// The upstream's own (2025-11-25) task a call waits on (see `legacy_task`).

@@ -14,6 +14,7 @@
 //!   cancellations checked here, then posted to the holder's mailbox ([`Control`]) — never
 //!   written by the front.
 
+mod adopt;
 mod guard;
 mod local;
 mod record;
@@ -29,10 +30,12 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+pub(crate) use adopt::Rerun;
+use adopt::{NOT_REPLAY_SAFE, NO_ROOM};
 pub(crate) use guard::TaskGuard;
 pub(crate) use local::Control;
 use local::{now_ms, Local, RUNNING_TASK_BYTES};
-pub(crate) use record::Change;
+pub(crate) use record::{CallJournal, Change};
 use record::{Lifetime, TaskRecord};
 use redis_store::RedisStore;
 use store::{MemoryStore, StoreError, TaskStore};
@@ -40,7 +43,6 @@ use store::{MemoryStore, StoreError, TaskStore};
 use crate::config;
 use crate::error::ProxyError;
 use crate::input::{self, Asked};
-use crate::jsonrpc::ErrorObject;
 use crate::ops::metrics::{Adopted, Metrics};
 use crate::state::{random_id, TokenCodec};
 use crate::upstream::Credentials;
@@ -72,12 +74,14 @@ pub(crate) fn unknown() -> ProxyError {
 }
 
 /// Where a `tasks/*` request for a task is served.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Route {
     /// This instance holds it (or nobody does: then it is unknown here).
     Here,
     /// Another instance holds it.
     Holder(String),
+    /// This instance adopted it just now, and runs its replay-safe call again (then serves it).
+    Rerun(Box<Rerun>),
 }
 
 /// The tasks, as the front and the call actors see them.
@@ -208,7 +212,7 @@ impl Tasks {
         &self,
         principal: &str,
         held: usize,
-        replay_safe: bool,
+        call: Option<CallJournal>,
     ) -> Result<(TaskGuard, mpsc::Receiver<Control>, Value), ProxyError> {
         let bytes = held
             .saturating_add(TASK_OVERHEAD)
@@ -216,8 +220,7 @@ impl Tasks {
         self.local.admit(principal, bytes)?;
         let id = format!("{}{ID_SEPARATOR}{}", self.owner, random_id(ID_BYTES));
         let (now, life) = (now_ms(), self.lifetime());
-        let record =
-            TaskRecord::with_replay(id.clone(), principal.to_owned(), now, life, replay_safe);
+        let record = TaskRecord::with_replay(id.clone(), principal.to_owned(), now, life, call);
         let created = view::task(&record);
         if let Err(e) = self.store.create(record.clone(), &self.owner).await {
             self.local.refund(principal, bytes);
@@ -226,6 +229,7 @@ impl Tasks {
         }
         let deadline = Instant::now() + self.config.ttl;
         let (mailbox, rx) = mpsc::channel(MAILBOX);
+        tracing::info!(task = %guard::short(&id), status = "working", "task created");
         self.local.hold(id, (principal, bytes), deadline, mailbox);
         let parts = (
             Arc::clone(&self.store),
@@ -239,13 +243,18 @@ impl Tasks {
     /// task's id says it was created. In a shared store: a read here, from the store; an update
     /// or a cancel at the holder while its lease lives; a task whose holder is gone is adopted
     /// here first.
-    pub(crate) async fn route(&self, id: &str, read: bool) -> Result<Route, ProxyError> {
+    pub(crate) async fn route(
+        &self,
+        id: &str,
+        read: bool,
+        principal: &str,
+    ) -> Result<Route, ProxyError> {
         let holder = self.store.holder(id).await?;
         Ok(match holder {
             Some(h) if h == self.owner => Route::Here,
             Some(_) if read && self.shared() => Route::Here,
             Some(h) => Route::Holder(h),
-            None if self.shared() => self.adopt(id).await?,
+            None if self.shared() => self.adopt(id, principal).await?,
             None => match owner_of(id) {
                 Some(o) if o != self.owner => Route::Holder(o.to_owned()),
                 _ => Route::Here,
@@ -258,12 +267,13 @@ impl Tasks {
     }
 
     // Task `id`'s holder is gone (its lease lapsed): take the lease — of several instances
-    // racing, exactly one does — then a finished task is only read, and a running one ends
-    // failed: its call died with its holder, and this one cannot take up the upstream call
-    // where it was. One log line per adoption.
-    async fn adopt(&self, id: &str) -> Result<Route, ProxyError> {
-        let Some(record) = self.store.get(id).await? else {
-            // Unknown (or expired): answered here as such.
+    // racing, exactly one does — then a finished task is only read, a replay-safe one runs
+    // again here, and any other ends failed: its call died with its holder. Only on a request
+    // of the task's own principal. One log line per adoption.
+    async fn adopt(&self, id: &str, principal: &str) -> Result<Route, ProxyError> {
+        let record = self.store.get(id).await?;
+        let Some(record) = record.filter(|r| r.visible_to(principal, now_ms())) else {
+            // Unknown, expired, or another principal's: answered here as unknown.
             return Ok(Route::Here);
         };
         if !self.store.acquire(id, &self.owner).await? {
@@ -278,27 +288,61 @@ impl Tasks {
             tracing::info!(task = %guard::short(id), outcome = "finished", "task adopted");
             return Ok(Route::Here);
         }
-        let message = if record.replay_safe {
-            "the replica running this task was lost before it finished; call the tool again"
-        } else {
-            "the replica running this task was lost, and the tool is not marked safe to run \
-             again (see [replay]); call it again if that is safe"
-        };
-        let error = ErrorObject {
-            code: crate::protocol::INTERNAL_ERROR,
-            message: message.into(),
-            data: None,
-        };
-        let failed = Change::Fail { error };
-        let applied = self
-            .store
-            .apply(id, record.version, failed, now_ms())
-            .await?;
-        if let Some(t) = applied.transition {
-            self.metrics.tasks.adopted(Adopted::Failed);
-            let (from, to) = (t.from.as_str(), t.to.as_str());
-            tracing::info!(task = %guard::short(id), from, to, outcome = "failed", "task adopted");
+        if record.replay_safe && record.call.is_some() {
+            self.store
+                .apply(id, record.version, Change::Rerun, now_ms())
+                .await?;
+            let Some(record) = self.store.get(id).await? else {
+                return Ok(Route::Here);
+            };
+            match self.hold_adopted(record) {
+                Ok(rerun) => {
+                    self.metrics.tasks.adopted(Adopted::Replayed);
+                    tracing::info!(task = %guard::short(id), outcome = "replayed", "task adopted");
+                    return Ok(Route::Rerun(Box::new(rerun)));
+                }
+                Err(record) => return self.fail_adopted(*record, NO_ROOM).await,
+            }
         }
+        self.fail_adopted(record, NOT_REPLAY_SAFE).await
+    }
+
+    // A replay-safe task adopted here: charged and held like one created here (its deadline
+    // its own TTL); given back when this instance has no room for it.
+    fn hold_adopted(&self, mut record: TaskRecord) -> Result<Rerun, Box<TaskRecord>> {
+        let Some(call) = record.call.take() else {
+            return Err(Box::new(record));
+        };
+        let held = call.params.as_ref().map_or(0, |p| p.get().len());
+        let bytes = held
+            .saturating_add(TASK_OVERHEAD)
+            .saturating_add(RUNNING_TASK_BYTES);
+        if self.local.admit(&record.principal, bytes).is_err() {
+            record.call = Some(call);
+            return Err(Box::new(record));
+        }
+        let left = record.expires_ms.saturating_sub(now_ms());
+        let deadline = Instant::now() + Duration::from_millis(left);
+        let (mailbox, rx) = mpsc::channel(MAILBOX);
+        let who = (record.principal.as_str(), bytes);
+        self.local.hold(record.id.clone(), who, deadline, mailbox);
+        let parts = (
+            Arc::clone(&self.store),
+            Arc::clone(&self.local),
+            Arc::clone(&self.metrics),
+        );
+        Ok(Rerun {
+            guard: TaskGuard::new(parts, &record, deadline),
+            mailbox: rx,
+            call,
+            keys_minted: record.keys_minted,
+            principal: record.principal,
+        })
+    }
+
+    // An adopted task that does not run again here: `failed`, saying why.
+    async fn fail_adopted(&self, record: TaskRecord, why: &str) -> Result<Route, ProxyError> {
+        adopt::fail(self.store.as_ref(), &self.metrics, &record, why).await?;
         Ok(Route::Here)
     }
 

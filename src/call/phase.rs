@@ -1,5 +1,6 @@
 //! Where a call is, and the only code that moves it: one method per arrow of the diagram in
-//! `call`'s module doc (`gather`, `park`, `hold`, `resume`, `run`, `detach`, `finish`). Pure: no
+//! `call`'s module doc (`gather`, `park`, `hold`, `resume`, `run`, `detach`, `adopted`,
+//! `finish`). Pure: no
 //! IO, no clock but the moment of parking; what to say on the legs it hands back is the actor's
 //! job.
 //! A transition asked of a phase it does not leave is refused (the phase is left as it was).
@@ -41,6 +42,12 @@ impl<T> Phase<T> {
     /// A fresh call: running, on the client's first exchange.
     pub(super) fn start(first: Leg) -> Self {
         Self(State::Running(first))
+    }
+
+    /// A task adopted from an instance that was lost, run again: detached from the start (no
+    /// exchange is open; the client polls the task).
+    pub(super) fn adopted(task: T) -> Self {
+        Self(State::Detached(task))
     }
 
     /// The open client exchange; `None` while parked or done.

@@ -44,6 +44,11 @@ impl ReplayState {
         self.from.is_some()
     }
 
+    /// The answers delivered so far, each with the fingerprint of what it answers, in order.
+    pub(super) fn answered(&self) -> &[(String, Value)] {
+        &self.answered
+    }
+
     /// Records answers delivered upstream, each with the fingerprint of what it answers.
     pub(super) fn delivered(&mut self, answers: impl IntoIterator<Item = (String, Value)>) {
         self.answered.extend(answers);

@@ -68,6 +68,15 @@ pub(super) struct Answered {
 pub(super) type Abandoned = (String, InputKind);
 
 impl Rounds {
+    /// A call run again as a task that minted `minted` keys already: its keys come after them
+    /// (a key is never reused over a task's life).
+    pub(super) fn after(minted: u32) -> Self {
+        Self {
+            minted,
+            ..Self::default()
+        }
+    }
+
     /// Whether the upstream request `upstream_id` is already pending (an upstream that sends the
     /// same id twice must not get two answers with that id).
     pub(super) fn is_pending(&self, upstream_id: &str) -> bool {
@@ -173,6 +182,15 @@ impl Rounds {
             out.reissue = true;
         }
         out
+    }
+
+    /// The journal entries `answers` make (fingerprint, answer) for pending requests with an
+    /// upstream id, in the order they were asked; nothing leaves the pending set.
+    pub(super) fn journal_of(&self, answers: &Map<String, Value>) -> Vec<(String, Value)> {
+        (self.pending.iter())
+            .filter(|p| p.upstream_id.is_some())
+            .filter_map(|p| Some((p.fingerprint.clone(), answers.get(&p.asked.key)?.clone())))
+            .collect()
     }
 
     /// Empties the pending set: the upstream requests to answer with a cancellation.

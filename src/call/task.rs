@@ -14,7 +14,7 @@ use super::{Call, TaskRun};
 use crate::error::ProxyError;
 use crate::jsonrpc::{self, ErrorObject, Message};
 use crate::protocol::META_SERVER_INFO;
-use crate::tasks::{Change, Control};
+use crate::tasks::{CallJournal, Change, Control};
 use crate::trace_context::TraceContext;
 
 impl Call {
@@ -39,9 +39,10 @@ impl Call {
             .as_ref()
             .map_or(0, |p| p.get().len());
         // Nothing moves the phase while this awaits: the actor handles one event at a time.
-        let replay_safe = self.replay_safe().await;
+        let journal = self.task_journal().await;
+        let journal_kept = journal.is_some();
         let created = (self.ctx.tasks)
-            .create(&self.spec.principal, held, replay_safe)
+            .create(&self.spec.principal, held, journal)
             .await;
         let (guard, control, mut created) = match created {
             Ok(t) => t,
@@ -51,7 +52,12 @@ impl Call {
                 return;
             }
         };
-        let Ok(leg) = self.phase.detach(TaskRun { guard, control }) else {
+        let replay_safe = journal_kept;
+        let Ok(leg) = self.phase.detach(TaskRun {
+            guard,
+            control,
+            replay_safe,
+        }) else {
             return;
         };
         if let Some(p) = &mut self.parking {
@@ -69,6 +75,22 @@ impl Call {
         // Server requests that came before it (none: a round would have parked the call) would
         // be listed here.
         self.list_inputs().await;
+    }
+
+    // What runs a replay-safe call again, should its holder be lost: the request and the
+    // answers given so far (in its rounds before it became a task). `None`: not replay-safe.
+    async fn task_journal(&mut self) -> Option<CallJournal> {
+        if !self.replay_safe().await {
+            return None;
+        }
+        let spec = &self.spec;
+        Some(CallJournal {
+            method: spec.method.clone(),
+            target: spec.target.clone(),
+            params: spec.upstream_params.clone(),
+            capabilities: spec.capabilities.clone(),
+            answered: self.replay.answered().to_vec(),
+        })
     }
 
     /// Lists on the task every pending server request it does not list yet.
@@ -109,7 +131,11 @@ impl Call {
             }) => {
                 self.task_event("mrtr.task.answered");
                 let keys = answers.keys().cloned().collect();
-                self.write_task(Change::Answered { keys }).await;
+                let journal = match self.phase.task().is_some_and(|t| t.replay_safe) {
+                    true => self.rounds.journal_of(&answers),
+                    false => Vec::new(),
+                };
+                self.write_task(Change::Answered { keys, journal }).await;
                 // The update is answered once the task no longer lists them; a client that
                 // left meanwhile changes nothing.
                 let _ = taken.send(());

@@ -11,11 +11,13 @@ use tokio::sync::mpsc;
 use super::validate::ModernRequest;
 use crate::app::App;
 use crate::auth::Principal;
-use crate::call::{self, CallSpec, Leg, LegEvent};
+use crate::call::{self, AdoptedTask, CallSpec, Leg, LegEvent};
 use crate::config::TaskMode;
 use crate::protocol::TASKS_EXTENSION;
-use crate::state::replay::Replayer;
+use crate::state::replay::{Journal, Replayer};
+use crate::tasks::Rerun;
 use crate::trace_context::TraceContext;
+use crate::upstream::Declared;
 
 /// Starts the actor for `req`; it answers on the returned leg. `input_capable`: the call may
 /// park; `replay_from`: the answers a lost call's token carried, and its first leg's span (what
@@ -50,6 +52,43 @@ pub(super) fn start_call(
     };
     call::spawn(Arc::clone(&app.calls), spec, leg);
     rx
+}
+
+/// Runs again, here, the call of a replay-safe task this instance adopted (its holder was
+/// lost), on behalf of `who` (the task's own principal, whose request found it orphaned): from
+/// the task's journal, as the task it is.
+pub(super) fn start_adopted(app: &Arc<App>, rerun: Rerun, who: &Principal) {
+    let call = rerun.call;
+    let upstream_span = TraceContext::client_span(&call.method, &call.target);
+    // Checked when the task was created; a declaration past today's bound declares nothing.
+    let declared = Declared::of(&call.capabilities, app.config.pool.max_extensions_bytes)
+        .unwrap_or_else(|_| Declared::nothing());
+    let journal = Journal {
+        answered: call.answered,
+        pending: Vec::new(),
+    };
+    let spec = CallSpec {
+        request_digest: OnceLock::new(),
+        upstream_params: call.params,
+        target: call.target,
+        method: call.method,
+        capabilities: call.capabilities,
+        declared,
+        input_capable: true,
+        principal: rerun.principal,
+        credentials: who.credentials.clone(),
+        origin: None,
+        upstream_span,
+        replay_from: Some(Replayer::new(journal, &serde_json::Map::new())),
+        gated: false,
+        task_after: None,
+    };
+    let adopted = AdoptedTask {
+        guard: rerun.guard,
+        mailbox: rerun.mailbox,
+        keys_minted: rerun.keys_minted,
+    };
+    call::spawn_adopted(Arc::clone(&app.calls), spec, adopted);
 }
 
 /// How long `req` may run before it becomes a task: only a `tools/call` of a client that

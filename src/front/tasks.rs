@@ -9,7 +9,7 @@ use std::sync::Arc;
 use http::{HeaderMap, Response, StatusCode};
 use serde_json::{json, Map, Value};
 
-use super::start::declares_tasks;
+use super::start::{declares_tasks, start_adopted};
 use super::validate::ModernRequest;
 use crate::app::App;
 use crate::auth::Principal;
@@ -48,12 +48,8 @@ pub(super) async fn serve(
     }
     let id = req.target();
     let store = &app.calls.tasks;
-    let read = req.method == "tasks/get";
-    if let Route::Holder(holder) = store.route(id, read).await? {
-        return match app.peers.forward(&holder, inbound, ForwardKind::Task).await {
-            Ok(resp) => Ok(Served::ByOwner(resp)),
-            Err(reason) => Err(ProxyError::TaskLost(cluster::lost_because(reason))),
-        };
+    if let Some(forwarded) = route(app, req, who, inbound).await? {
+        return Ok(forwarded);
     }
     let result = match req.method.as_str() {
         "tasks/get" => {
@@ -89,4 +85,32 @@ pub(super) async fn serve(
         HeaderMap::new(),
         body,
     )))
+}
+
+// Where the request is served: `None` here (a task adopted just now runs again first), or the
+// holder's answer to it, forwarded.
+async fn route(
+    app: &Arc<App>,
+    req: &ModernRequest,
+    who: &Principal,
+    inbound: Inbound<'_>,
+) -> Result<Option<Served>, ProxyError> {
+    let read = req.method == "tasks/get";
+    match app
+        .calls
+        .tasks
+        .route(req.target(), read, &who.digest)
+        .await?
+    {
+        Route::Here => Ok(None),
+        Route::Holder(holder) => match app.peers.forward(&holder, inbound, ForwardKind::Task).await
+        {
+            Ok(resp) => Ok(Some(Served::ByOwner(resp))),
+            Err(reason) => Err(ProxyError::TaskLost(cluster::lost_because(reason))),
+        },
+        Route::Rerun(rerun) => {
+            start_adopted(app, *rerun, who);
+            Ok(None)
+        }
+    }
 }

@@ -40,14 +40,13 @@ pub(crate) struct TaskGuard {
 }
 
 impl TaskGuard {
-    /// The guard of `record`, just stored; the task's TTL runs out at `deadline`.
+    /// The guard of `record`, just stored or adopted; the task's TTL runs out at `deadline`.
     pub(crate) fn new(
         (store, local, metrics): (Arc<dyn TaskStore>, Arc<Local>, Arc<Metrics>),
         record: &TaskRecord,
         deadline: Instant,
     ) -> Self {
         metrics.tasks.moved(None, Some(state(record.status)));
-        tracing::info!(task = %short(&record.id), status = "working", "task created");
         Self {
             store,
             local,

@@ -86,9 +86,35 @@ pub(crate) struct TaskRecord {
     /// `[replay]` policy, never for a gated call).
     #[serde(default)]
     pub(crate) replay_safe: bool,
+    /// Input keys minted over the task's life: a call run again mints after them, so a key is
+    /// never reused.
+    #[serde(default)]
+    pub(crate) keys_minted: u32,
+    /// What runs the call again (a replay-safe task's only): the request and every answer
+    /// given so far.
+    #[serde(default)]
+    pub(crate) call: Option<CallJournal>,
     /// Bumped by every change that took: a writer names the version it read, and a store
     /// refuses a change made against another (see `TaskStore::apply`).
     pub(crate) version: u64,
+}
+
+/// What a replay-safe task's call is, for an instance that adopts the task to run it again:
+/// the request as it went upstream, and the journal of the answers given (each with the
+/// fingerprint of the server request it answered, in order), as a replay-safe MRTR call's token
+/// carries them.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CallJournal {
+    /// `tools/call`.
+    pub(crate) method: String,
+    /// The tool's name.
+    pub(crate) target: String,
+    /// The params sent upstream, as JSON text.
+    pub(crate) params: Option<Box<RawValue>>,
+    /// The client's declared capabilities (what the re-run may ask it for).
+    pub(crate) capabilities: Value,
+    /// (fingerprint, answer), in the order they were delivered.
+    pub(crate) answered: Vec<(String, Value)>,
 }
 
 /// One change of a task, as its holder makes it.
@@ -101,8 +127,11 @@ pub(crate) enum Change {
     /// The upstream withdrew the request under `key`.
     Withdraw { key: String },
     /// The client answered these keys (`tasks/update`); the task is `working` again once none
-    /// is outstanding.
-    Answered { keys: Vec<String> },
+    /// is outstanding. `journal`: what they answer, for a replay-safe task's journal.
+    Answered {
+        keys: Vec<String>,
+        journal: Vec<(String, Value)>,
+    },
     /// The upstream reported progress (`statusMessage`, when it has one).
     Progress { message: Option<String> },
     /// The call finished with a result.
@@ -112,6 +141,10 @@ pub(crate) enum Change {
     /// The task was cancelled (by the client, at its TTL, or with its replica): `message`
     /// says which.
     Cancel { message: String },
+    /// Its holder was lost and its replay-safe call runs again on the instance that adopted
+    /// it: what the lost call asked is no longer outstanding (the new run asks anew what its
+    /// journal does not answer).
+    Rerun,
 }
 
 /// What a change did to the status (`from == to` when it did not move it).
@@ -127,16 +160,17 @@ impl TaskRecord {
     /// A task just created: `working`, nothing asked.
     #[cfg(test)]
     pub(crate) fn new(id: String, principal: String, now_ms: u64, life: Lifetime) -> Self {
-        Self::with_replay(id, principal, now_ms, life, false)
+        Self::with_replay(id, principal, now_ms, life, None)
     }
 
-    /// A task just created, whose call may (`replay_safe`) or may not run again elsewhere.
+    /// A task just created, whose call may run again elsewhere from `call` (`None`: it may
+    /// not).
     pub(crate) fn with_replay(
         id: String,
         principal: String,
         now_ms: u64,
         life: Lifetime,
-        replay_safe: bool,
+        call: Option<CallJournal>,
     ) -> Self {
         Self {
             id,
@@ -151,7 +185,9 @@ impl TaskRecord {
             input_requests: Map::new(),
             ending: None,
             rounds: 0,
-            replay_safe,
+            replay_safe: call.is_some(),
+            keys_minted: 0,
+            call,
             version: 0,
         }
     }
@@ -171,15 +207,19 @@ impl TaskRecord {
         let to = match change {
             Change::Ask { key, embedded } => {
                 self.input_requests.insert(key, embedded);
+                self.keys_minted = self.keys_minted.saturating_add(1);
                 Status::InputRequired
             }
             Change::Withdraw { key } => {
                 self.input_requests.remove(&key);
                 self.settled(from)
             }
-            Change::Answered { keys } => {
+            Change::Answered { keys, journal } => {
                 for k in &keys {
                     self.input_requests.remove(k);
+                }
+                if let Some(call) = &mut self.call {
+                    call.answered.extend(journal);
                 }
                 self.settled(from)
             }
@@ -193,6 +233,10 @@ impl TaskRecord {
             Change::Fail { error } => {
                 let message = Some(error.message.clone());
                 self.end(Ending::Error(error), message)
+            }
+            Change::Rerun => {
+                self.input_requests.clear();
+                Status::Working
             }
             Change::Cancel { message } => {
                 self.input_requests.clear();
@@ -270,7 +314,8 @@ mod tests {
             "a second ask in the same round is not a new round"
         );
         let keys = vec!["elicitation-1".to_owned()];
-        let t = r.apply(Change::Answered { keys }, 1_003).unwrap();
+        let journal = Vec::new();
+        let t = r.apply(Change::Answered { keys, journal }, 1_003).unwrap();
         assert_eq!(t.to, Status::InputRequired, "one is still outstanding");
         let t = r
             .apply(

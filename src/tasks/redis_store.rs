@@ -25,7 +25,7 @@ use serde_json::Map;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
-use super::record::{Change, Ending, Status, TaskRecord};
+use super::record::{CallJournal, Change, Ending, Status, TaskRecord};
 use super::store::{Applied, StoreError, StoreFuture, TaskStore};
 use crate::config;
 use crate::ops::metrics::{Metrics, StoreOp};
@@ -94,6 +94,7 @@ struct Stored {
     poll_interval_ms: u64,
     rounds: u32,
     replay_safe: bool,
+    keys_minted: u32,
     version: u64,
     /// The key `sealed` is sealed under.
     kid: String,
@@ -107,6 +108,7 @@ struct Private {
     message: Option<String>,
     input_requests: Map<String, serde_json::Value>,
     ending: Option<Ending>,
+    call: Option<CallJournal>,
 }
 
 impl RedisStore {
@@ -180,6 +182,7 @@ impl RedisStore {
             message: r.message.clone(),
             input_requests: r.input_requests.clone(),
             ending: r.ending.clone(),
+            call: r.call.clone(),
         };
         let plain = serde_json::to_vec(&private).map_err(|e| unsealed(&e))?;
         let (kid, key) = self.tokens.keys().sealer();
@@ -196,6 +199,7 @@ impl RedisStore {
             poll_interval_ms: r.poll_interval_ms,
             rounds: r.rounds,
             replay_safe: r.replay_safe,
+            keys_minted: r.keys_minted,
             version: r.version,
             kid,
             sealed,
@@ -225,6 +229,8 @@ impl RedisStore {
             ending: p.ending,
             rounds: s.rounds,
             replay_safe: s.replay_safe,
+            keys_minted: s.keys_minted,
+            call: p.call,
             version: s.version,
         })
     }

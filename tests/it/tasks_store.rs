@@ -23,17 +23,45 @@ const RESULT: &str = "result-marker-42";
 /// upstream's `slow` asks (elicitation 7), then finishes with [`RESULT`]; `slow` is a task at
 /// once.
 async fn replica(store: &RedisServer) -> (Mock, TestProxy) {
-    let mock = Mock::start().await;
     let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
-    mock.script("slow", vec![vec![Step::elicit(7), Step::Await(7), done]]);
+    replica_running(store, vec![Step::elicit(7), Step::Await(7), done], "").await
+}
+
+/// A replica on `store` whose upstream's `slow` runs `script`, with `more` config.
+async fn replica_running(store: &RedisServer, script: Vec<Step>, more: &str) -> (Mock, TestProxy) {
+    let mock = Mock::start().await;
+    mock.script("slow", vec![script]);
     let toml = format!(
-        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n\
+        "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n{more}\
          [tasks]\nstore = \"{}\"\nstore_timeout = \"100ms\"\nlease = \"300ms\"\n\
          [tasks.tools]\nslow = \"always\"\n",
         store.url()
     );
     let proxy = TestProxy::start(&mock.url(), &toml).await;
     (mock, proxy)
+}
+
+/// An `elicitation/create` with id `id` asking `msg` for a string `name`.
+fn ask(id: i64, msg: &str) -> Step {
+    Step::Send(json!({
+        "jsonrpc": "2.0", "id": id, "method": "elicitation/create",
+        "params": {"message": msg, "requestedSchema": {"type": "object",
+            "properties": {"name": {"type": "string"}}}}
+    }))
+}
+
+/// An instance gone at once takes task `id`'s lease (for 400 ms): its holder finds it taken
+/// and stops its copy, and the next replica asked adopts the task once it lapses.
+async fn lose_holder(store: &RedisServer, id: &str) {
+    let mut conn = store.connection().await.unwrap();
+    redis::cmd("SET")
+        .arg(format!("mrtr:lease:{id}"))
+        .arg("ghost")
+        .arg("PX")
+        .arg(400)
+        .query_async::<()>(&mut conn)
+        .await
+        .unwrap();
 }
 
 async fn start_task(c: &ModernClient) -> String {
@@ -108,17 +136,9 @@ async fn a_running_task_whose_lease_another_took_stops_there_and_fails_with_a_cl
     let (_m2, b) = replica(&store).await;
     let id = start_task(&a.client(task_caps())).await;
     until_status(&a.client(task_caps()), &id, "input_required").await;
-    // An instance that is gone at once took the lease: A finds it taken, stops its copy
-    // (cancelled upstream, nothing written), and once the lease lapses B adopts the task.
-    let mut conn = store.connection().await.unwrap();
-    redis::cmd("SET")
-        .arg(format!("mrtr:lease:{id}"))
-        .arg("ghost")
-        .arg("PX")
-        .arg(400)
-        .query_async::<()>(&mut conn)
-        .await
-        .unwrap();
+    // A finds its lease taken, stops its copy (cancelled upstream, nothing written), and once
+    // the lease lapses B adopts the task.
+    lose_holder(&store, &id).await;
     m1.wait_for("the call cancelled upstream", |m| {
         m["method"] == "notifications/cancelled"
     })
@@ -210,4 +230,72 @@ async fn a_store_that_does_not_answer_leaves_calls_ordinary_and_readyz_says_so()
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(metric(&proxy, "mrtr_task_store_up").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_replay_safe_task_runs_again_on_the_adopter_without_asking_what_was_answered() {
+    let store = RedisServer::start().await;
+    let script = || {
+        let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
+        vec![
+            ask(7, "first"),
+            Step::Await(7),
+            ask(8, "second"),
+            Step::Await(8),
+            done,
+        ]
+    };
+    let safe = "[replay.tools]\nslow = \"always\"\n";
+    let (m1, a) = replica_running(&store, script(), safe).await;
+    let (m2, b) = replica_running(&store, script(), safe).await;
+    let on_a = a.client(task_caps());
+    let id = start_task(&on_a).await;
+    let first = until_status(&on_a, &id, "input_required").await;
+    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
+    update(&on_a, &id, json!({ first_key(&first): ada })).await;
+    let second = until(&on_a, &id, |r| {
+        r["inputRequests"]["elicitation-2"].is_object()
+    })
+    .await;
+    assert_eq!(
+        second["inputRequests"]["elicitation-2"]["params"]["message"],
+        "second"
+    );
+    // A is lost while the person is asked the second question.
+    lose_holder(&store, &id).await;
+    m1.wait_for("the call cancelled upstream", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+    // B adopts it and runs the call again on its own upstream: the first question is answered
+    // from the task's journal (the person is not asked again), the second asked anew under a
+    // fresh key.
+    let on_b = b.client(task_caps());
+    let again = until(&on_b, &id, |r| {
+        r["inputRequests"]["elicitation-3"].is_object()
+    })
+    .await;
+    let asked = again["inputRequests"].as_object().unwrap();
+    assert_eq!(
+        asked.len(),
+        1,
+        "only the new question is outstanding: {again}"
+    );
+    assert_eq!(asked["elicitation-3"]["params"]["message"], "second");
+    let answered: Vec<Value> = m2
+        .answers_to(7)
+        .into_iter()
+        .map(|m| m["result"].clone())
+        .collect();
+    assert_eq!(
+        answered,
+        vec![ada],
+        "the journal's answer, delivered upstream"
+    );
+    let bob = json!({"action": "accept", "content": {"name": "Bob"}});
+    update(&on_b, &id, json!({ "elicitation-3": bob })).await;
+    let done = until_status(&on_b, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
+    let replayed = r#"mrtr_tasks_adopted_total{outcome="replayed"}"#;
+    assert_eq!(metric(&b, replayed).await, 1.0);
 }

@@ -40,6 +40,8 @@ pub(crate) enum StoreOp {
 /// What became of a task another instance held when this one adopted it.
 #[derive(Debug, Clone, Copy, Hash, PartialEq, Eq)]
 pub(crate) enum Adopted {
+    /// It was running, and its call is replay-safe: it runs again here.
+    Replayed,
     /// It was running: failed (its call died with its holder).
     Failed,
     /// It had finished: only read.
@@ -62,6 +64,7 @@ impl EncodeLabelValue for StoreOp {
 impl EncodeLabelValue for Adopted {
     fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
         let s = match self {
+            Self::Replayed => "replayed",
             Self::Failed => "failed",
             Self::Finished => "finished",
         };

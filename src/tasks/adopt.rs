@@ -1,0 +1,60 @@
+//! What adopting a task takes besides the lease (see `Tasks::route`): the parts of a
+//! replay-safe task that run its call again here, and the failure of one that cannot.
+
+use tokio::sync::mpsc;
+
+use super::guard::{self, TaskGuard};
+use super::local::{now_ms, Control};
+use super::record::{CallJournal, Change, TaskRecord};
+use super::store::{StoreError, TaskStore};
+use crate::jsonrpc::ErrorObject;
+use crate::ops::metrics::{Adopted, Metrics};
+
+/// Why a running task adopted from a lost replica failed: its tool is not replay-safe.
+pub(super) const NOT_REPLAY_SAFE: &str =
+    "the replica running this task was lost, and the tool is not \
+                               marked safe to run again (see [replay]); call it again if that \
+                               is safe";
+/// Why a replay-safe task adopted from a lost replica failed: no room here to run it again.
+pub(super) const NO_ROOM: &str =
+    "the replica running this task was lost, and the one that took it over \
+                       has no room to run it again; call the tool again";
+
+/// A replay-safe task this instance adopted: what runs its call again.
+#[derive(Debug)]
+pub(crate) struct Rerun {
+    /// The task's guard (its one writer from now on) and mailbox.
+    pub(crate) guard: TaskGuard,
+    /// See `guard`.
+    pub(crate) mailbox: mpsc::Receiver<Control>,
+    /// The request, and the answers given so far.
+    pub(crate) call: CallJournal,
+    /// Keys minted over the task's life (the re-run mints after them).
+    pub(crate) keys_minted: u32,
+    /// Its principal.
+    pub(crate) principal: String,
+}
+
+/// Fails `record` (adopted here, running, not to run again) saying `why`: counted and logged
+/// once, if it was still running.
+pub(super) async fn fail(
+    store: &dyn TaskStore,
+    metrics: &Metrics,
+    record: &TaskRecord,
+    why: &str,
+) -> Result<(), StoreError> {
+    let id = record.id.as_str();
+    let error = ErrorObject {
+        code: crate::protocol::INTERNAL_ERROR,
+        message: why.into(),
+        data: None,
+    };
+    let failed = Change::Fail { error };
+    let applied = store.apply(id, record.version, failed, now_ms()).await?;
+    if let Some(t) = applied.transition {
+        metrics.tasks.adopted(Adopted::Failed);
+        let (from, to) = (t.from.as_str(), t.to.as_str());
+        tracing::info!(task = %guard::short(id), from, to, outcome = "failed", "task adopted");
+    }
+    Ok(())
+}
