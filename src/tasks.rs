@@ -129,8 +129,10 @@ impl Tasks {
                 RedisStore::new(settings, password, (tokens, Arc::clone(&metrics)))?
             }
         };
+        let in_memory = matches!(config.store, config::Store::Memory);
+        metrics.tasks.store_up(in_memory);
         Ok(Arc::new(Self {
-            store_up: AtomicBool::new(matches!(config.store, config::Store::Memory)),
+            store_up: AtomicBool::new(in_memory),
             store,
             local: Arc::new(Local::new(config.bounds())),
             config,
