@@ -16,7 +16,7 @@ fn ask_name(id: i64) -> Step {
 }
 
 /// The next `notifications/tasks` on `listener` whose status is `status` (others skipped).
-async fn pushed(listener: &mut Listener, status: &str) -> Value {
+pub(crate) async fn pushed(listener: &mut Listener, status: &str) -> Value {
     loop {
         let n = listener.next().await;
         if n["method"] == "notifications/tasks" && n["params"]["status"] == status {

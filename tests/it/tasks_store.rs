@@ -9,8 +9,9 @@ use serde_json::{json, Value};
 use crate::metrics::sample;
 use crate::support::mock::{Mock, Step};
 use crate::support::redis_server::RedisServer;
-use crate::support::{first_key, TestProxy};
+use crate::support::{first_key, Listener, TestProxy};
 use crate::tasks::{on_task, task_caps, until, until_status, update};
+use crate::tasks_lifecycle::pushed;
 use mrtr_proxy::demo::client::ModernClient;
 
 const KEY: &str = "a-shared-cluster-key-0123456789abcdef";
@@ -298,4 +299,52 @@ async fn a_replay_safe_task_runs_again_on_the_adopter_without_asking_what_was_an
     assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
     let replayed = r#"mrtr_tasks_adopted_total{outcome="replayed"}"#;
     assert_eq!(metric(&b, replayed).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_listen_stream_on_another_replica_follows_a_task_wherever_it_runs() {
+    let store = RedisServer::start().await;
+    let (_m1, a) = replica(&store).await;
+    let (_m2, b) = replica(&store).await;
+    let on_a = a.client(task_caps());
+    let id = start_task(&on_a).await;
+    let filter = json!({"taskIds": [id]});
+    let mut listener = Listener::declaring(&b, "l1", filter, None, task_caps()).await;
+    let ack = listener.next().await;
+    assert_eq!(
+        ack["params"]["notifications"]["taskIds"],
+        json!([id]),
+        "{ack}"
+    );
+    let asking = until_status(&on_a, &id, "input_required").await;
+    update(
+        &on_a,
+        &id,
+        json!({ first_key(&asking): {"action": "accept", "content": {}} }),
+    )
+    .await;
+    let n = pushed(&mut listener, "completed").await;
+    assert_eq!(n["params"]["taskId"], id.as_str());
+    assert_eq!(n["params"]["result"]["content"][0]["text"], RESULT, "{n}");
+}
+
+#[tokio::test]
+async fn a_stored_task_asked_for_while_the_store_is_down_is_a_retryable_error_not_unknown() {
+    let store = RedisServer::start().await;
+    let (_m, a) = replica(&store).await;
+    let c = a.client(task_caps());
+    let id = start_task(&c).await;
+    until_status(&c, &id, "input_required").await;
+    drop(store);
+    let ex = on_task(&c, "get", &id, json!({})).await;
+    assert_eq!(
+        ex.status,
+        http::StatusCode::SERVICE_UNAVAILABLE,
+        "{:?}",
+        ex.last
+    );
+    let e = crate::support::error_of(&ex);
+    let message = e["message"].as_str().unwrap_or_default();
+    assert!(message.contains("task store is unavailable"), "{e}");
+    assert!(!message.contains("unknown"), "{e}");
 }
