@@ -134,7 +134,10 @@ impl Tasks {
         Ok(Arc::new(Self {
             store_up: AtomicBool::new(in_memory),
             store,
-            local: Arc::new(Local::new(config.bounds())),
+            local: Arc::new(Local::new(
+                config.bounds(),
+                (!in_memory).then(|| owner.clone()),
+            )),
             config,
             owner,
             metrics,
@@ -176,8 +179,9 @@ impl Tasks {
     pub(crate) async fn renew_leases(&self) {
         let ids = self.local.ids();
         match self.store.renew(&ids, &self.owner).await {
-            Ok(lost) => {
-                for id in lost {
+            Ok(renewal) => {
+                self.write_back(renewal.missing).await;
+                for id in renewal.lost {
                     self.metrics.tasks.lease_lost();
                     tracing::warn!(task = %guard::short(&id), "task lease taken by another instance: stopping its copy here");
                     if let Some(mailbox) = self.local.mailbox(&id) {
@@ -186,6 +190,25 @@ impl Tasks {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "task leases not renewed"),
+        }
+    }
+
+    // Tasks held here that the store no longer has (it restarted empty, or failed over to a
+    // replica that never had them): written back from this instance's copies, its lease with
+    // them.
+    async fn write_back(&self, missing: Vec<String>) {
+        for id in missing {
+            let Some((record, holder)) = self.local.write_back(&id) else {
+                continue;
+            };
+            match self.store.create(record, holder).await {
+                Ok(()) => {
+                    tracing::info!(task = %guard::short(&id), "task written back to the store")
+                }
+                Err(e) => {
+                    tracing::warn!(task = %guard::short(&id), error = %e, "task not written back")
+                }
+            }
         }
     }
 
@@ -232,7 +255,9 @@ impl Tasks {
         let deadline = Instant::now() + self.config.ttl;
         let (mailbox, rx) = mpsc::channel(MAILBOX);
         tracing::info!(task = %guard::short(&id), status = "working", "task created");
-        self.local.hold(id, (principal, bytes), deadline, mailbox);
+        let copy = self.local.keeps_copies().then(|| record.clone());
+        self.local
+            .hold(id, (principal, bytes), deadline, (mailbox, copy));
         let parts = (
             Arc::clone(&self.store),
             Arc::clone(&self.local),
@@ -327,7 +352,9 @@ impl Tasks {
         let deadline = Instant::now() + Duration::from_millis(left);
         let (mailbox, rx) = mpsc::channel(MAILBOX);
         let who = (record.principal.as_str(), bytes);
-        self.local.hold(record.id.clone(), who, deadline, mailbox);
+        let copy = self.local.keeps_copies().then(|| record.clone());
+        self.local
+            .hold(record.id.clone(), who, deadline, (mailbox, copy));
         let parts = (
             Arc::clone(&self.store),
             Arc::clone(&self.local),
@@ -349,8 +376,15 @@ impl Tasks {
     }
 
     // The record of `id` as `principal` may see it (live, its own).
+    // A task held here that a shared store lost (it restarted empty) is written back first.
     async fn record(&self, id: &str, principal: &str) -> Result<TaskRecord, ProxyError> {
-        let record = self.store.get(id).await?;
+        let mut record = self.store.get(id).await?;
+        if record.is_none() {
+            if let Some((copy, holder)) = self.local.write_back(id) {
+                self.store.create(copy.clone(), holder).await?;
+                record = Some(copy);
+            }
+        }
         record
             .filter(|r| r.visible_to(principal, now_ms()))
             .ok_or_else(unknown)

@@ -87,12 +87,23 @@ impl TaskGuard {
         if !self.writable() {
             return;
         }
-        let applied = self
-            .store
-            .apply(&self.id, self.version, change, now_ms())
-            .await;
+        let now = now_ms();
+        let mirrored = self.local.keeps_copies().then(|| change.clone());
+        let mut applied = self.store.apply(&self.id, self.version, change, now).await;
+        if let (Err(StoreError::Unknown), Some(change)) = (&applied, &mirrored) {
+            // A shared store that lost it (restarted empty): written back, then changed.
+            if let Some((record, holder)) = self.local.write_back(&self.id) {
+                if self.store.create(record, holder).await.is_ok() {
+                    let change = change.clone();
+                    applied = self.store.apply(&self.id, self.version, change, now).await;
+                }
+            }
+        }
         match applied {
             Ok(a) => {
+                if let Some(change) = mirrored.filter(|_| a.transition.is_some()) {
+                    self.local.mirror(&self.id, change, now);
+                }
                 self.version = a.version;
                 if let Some(t) = a.transition {
                     self.moved(t);

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::record::Status;
+use super::record::{Change, Status, TaskRecord};
 use crate::config;
 use crate::error::ProxyError;
 use crate::limits::Quota;
@@ -48,6 +48,9 @@ pub(crate) enum Control {
 pub(crate) struct Local {
     quota: Quota,
     held: DashMap<String, Held>,
+    /// With a shared store, this instance's id: each task's record is copied here too, and
+    /// written back under it to a store that lost it.
+    copies_for: Option<String>,
 }
 
 #[derive(Debug)]
@@ -59,14 +62,31 @@ struct Held {
     /// When its TTL runs out: its charge goes then.
     expires: Instant,
     mailbox: mpsc::Sender<Control>,
+    /// With a shared store: the record as its holder last wrote it, to write back to a store
+    /// that lost it (restarted empty).
+    copy: Option<TaskRecord>,
 }
 
 impl Local {
-    pub(crate) fn new(bounds: config::HeldBounds) -> Self {
+    /// Nothing held yet; `copies_for`: with a shared store, this instance's id (each task's
+    /// record is copied here, to write back to a store that lost it).
+    pub(crate) fn new(bounds: config::HeldBounds, copies_for: Option<String>) -> Self {
         Self {
             quota: Quota::new(bounds, "tasks"),
             held: DashMap::new(),
+            copies_for,
         }
+    }
+
+    /// Whether each task's record is copied here.
+    pub(crate) fn keeps_copies(&self) -> bool {
+        self.copies_for.is_some()
+    }
+
+    /// Task `id`'s copy and the holder to write it back under, when it is held here with a
+    /// shared store.
+    pub(crate) fn write_back(&self, id: &str) -> Option<(TaskRecord, &str)> {
+        Some((self.copy(id)?, self.copies_for.as_deref()?))
     }
 
     /// Bytes charged to tasks now.
@@ -93,16 +113,31 @@ impl Local {
         id: String,
         (principal, bytes): (&str, usize),
         expires: Instant,
-        mailbox: mpsc::Sender<Control>,
+        (mailbox, copy): (mpsc::Sender<Control>, Option<TaskRecord>),
     ) {
         let held = Held {
             principal: principal.to_owned(),
             bytes,
-            status: Status::Working,
+            status: copy.as_ref().map_or(Status::Working, |r| r.status),
             expires,
             mailbox,
+            copy,
         };
         self.held.insert(id, held);
+    }
+
+    /// Task `id`'s copy (kept with a shared store) takes `change`, as the store's did.
+    pub(crate) fn mirror(&self, id: &str, change: Change, now_ms: u64) {
+        if let Some(mut held) = self.held.get_mut(id) {
+            if let Some(copy) = &mut held.copy {
+                copy.apply(change, now_ms);
+            }
+        }
+    }
+
+    /// Task `id`'s copy, to write back to a store that lost it.
+    pub(crate) fn copy(&self, id: &str) -> Option<TaskRecord> {
+        self.held.get(id).and_then(|h| h.copy.clone())
     }
 
     /// The tasks held here (running or finished, until their TTL).

@@ -26,7 +26,7 @@ use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 use super::record::{CallJournal, Change, Ending, Status, TaskRecord};
-use super::store::{Applied, StoreError, StoreFuture, TaskStore};
+use super::store::{Applied, Renewal, StoreError, StoreFuture, TaskStore};
 use crate::config;
 use crate::ops::metrics::{Metrics, StoreOp};
 use crate::state::replay;
@@ -45,17 +45,21 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 redis.call('PUBLISH', KEYS[2], ARGV[3])
 return 1";
 
-/// Renews the leases `KEYS` for `ARGV[1]` (for `ARGV[2]` ms) where it holds them or no one
-/// does; 0 for each lease another instance holds.
+/// Renews the leases of tasks `ARGV[3..]` for `ARGV[1]` (for `ARGV[2]` ms) where it holds them
+/// or no one does: per task 1, or 0 when another instance holds its lease, or 2 when the store
+/// no longer has the task (its lease is not taken then). `KEYS[1]` is the key prefix.
 const RENEW: &str = r"
 local out = {}
-for i, key in ipairs(KEYS) do
-  local h = redis.call('GET', key)
-  if h == false or h == ARGV[1] then
-    redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
-    out[i] = 1
+for i = 3, #ARGV do
+  local lease = KEYS[1] .. 'lease:' .. ARGV[i]
+  local h = redis.call('GET', lease)
+  if redis.call('EXISTS', KEYS[1] .. 'task:' .. ARGV[i]) == 0 then
+    out[i - 2] = 2
+  elseif h == false or h == ARGV[1] then
+    redis.call('SET', lease, ARGV[1], 'PX', ARGV[2])
+    out[i - 2] = 1
   else
-    out[i] = 0
+    out[i - 2] = 0
   end
 end
 return out";
@@ -317,19 +321,29 @@ impl RedisStore {
         self.run(StoreOp::Lease, conn.get(key)).await
     }
 
-    async fn renew_now(&self, ids: &[String], holder: &str) -> Result<Vec<String>, StoreError> {
+    async fn renew_now(&self, ids: &[String], holder: &str) -> Result<Renewal, StoreError> {
+        let mut renewal = Renewal::default();
         if ids.is_empty() {
-            return Ok(Vec::new());
+            return Ok(renewal);
         }
         let mut invocation = self.renew.prepare_invoke();
+        invocation
+            .key(&self.prefix)
+            .arg(holder)
+            .arg(millis(self.lease));
         for id in ids {
-            invocation.key(self.key(&format!("lease:{id}")));
+            invocation.arg(id);
         }
-        invocation.arg(holder).arg(millis(self.lease));
         let mut conn = self.conn.clone();
         let held: Vec<i64> = (self.run(StoreOp::Lease, invocation.invoke_async(&mut conn))).await?;
-        let lost = ids.iter().zip(held).filter(|(_, h)| *h == 0);
-        Ok(lost.map(|(id, _)| id.clone()).collect())
+        for (id, h) in ids.iter().zip(held) {
+            match h {
+                0 => renewal.lost.push(id.clone()),
+                2 => renewal.missing.push(id.clone()),
+                _ => {}
+            }
+        }
+        Ok(renewal)
     }
 
     async fn acquire_now(&self, id: &str, holder: &str) -> Result<bool, StoreError> {
@@ -376,7 +390,7 @@ impl TaskStore for RedisStore {
         Box::pin(self.holder_now(id))
     }
 
-    fn renew<'a>(&'a self, ids: &'a [String], holder: &'a str) -> StoreFuture<'a, Vec<String>> {
+    fn renew<'a>(&'a self, ids: &'a [String], holder: &'a str) -> StoreFuture<'a, Renewal> {
         Box::pin(self.renew_now(ids, holder))
     }
 

@@ -44,6 +44,15 @@ pub(crate) struct Applied {
     pub(crate) transition: Option<Transition>,
 }
 
+/// What renewing a holder's leases found.
+#[derive(Debug, Default)]
+pub(crate) struct Renewal {
+    /// Tasks another instance holds now.
+    pub(crate) lost: Vec<String>,
+    /// Tasks the store no longer has.
+    pub(crate) missing: Vec<String>,
+}
+
 /// Where task records live. Futures borrow their arguments; no implementation holds a lock
 /// across an `.await`.
 pub(crate) trait TaskStore: Send + Sync + fmt::Debug {
@@ -69,9 +78,10 @@ pub(crate) trait TaskStore: Send + Sync + fmt::Debug {
     /// The instance that holds task `id` now (runs its call), if the store knows the task.
     fn holder<'a>(&'a self, id: &'a str) -> StoreFuture<'a, Option<String>>;
 
-    /// Renews `holder`'s lease on each of `ids` (taking it where none is held); resolves to
-    /// the ids whose lease another instance holds now (their copy here must stop).
-    fn renew<'a>(&'a self, ids: &'a [String], holder: &'a str) -> StoreFuture<'a, Vec<String>>;
+    /// Renews `holder`'s lease on each of `ids` (taking it where none is held): which of them
+    /// another instance holds now (their copy here must stop), and which the store no longer
+    /// has (restarted empty: their holder writes them back).
+    fn renew<'a>(&'a self, ids: &'a [String], holder: &'a str) -> StoreFuture<'a, Renewal>;
 
     /// Takes the lease on task `id` for `holder` when no one holds it: whether it was taken
     /// (of several instances racing, exactly one takes it).
@@ -168,8 +178,8 @@ impl TaskStore for MemoryStore {
     }
 
     // One process: every task here is held here, for good.
-    fn renew<'a>(&'a self, _ids: &'a [String], _holder: &'a str) -> StoreFuture<'a, Vec<String>> {
-        Box::pin(std::future::ready(Ok(Vec::new())))
+    fn renew<'a>(&'a self, _ids: &'a [String], _holder: &'a str) -> StoreFuture<'a, Renewal> {
+        Box::pin(std::future::ready(Ok(Renewal::default())))
     }
 
     fn acquire<'a>(&'a self, id: &'a str, holder: &'a str) -> StoreFuture<'a, bool> {

@@ -348,3 +348,25 @@ async fn a_stored_task_asked_for_while_the_store_is_down_is_a_retryable_error_no
     assert!(message.contains("task store is unavailable"), "{e}");
     assert!(!message.contains("unknown"), "{e}");
 }
+
+#[tokio::test]
+async fn a_store_restarted_empty_gets_its_running_tasks_back_from_their_holders() {
+    let mut store = RedisServer::start().await;
+    let (_m, a) = replica(&store).await;
+    let c = a.client(task_caps());
+    let id = start_task(&c).await;
+    let asked = until_status(&c, &id, "input_required").await;
+    store.restart_empty().await;
+    // The holder writes it back as soon as it is asked for it or renews its lease (the first
+    // request may find the connection to the old store broken: a retryable 503).
+    let back = until(&c, &id, |r| r["status"] == "input_required").await;
+    assert_eq!(back["inputRequests"], asked["inputRequests"]);
+    update(
+        &c,
+        &id,
+        json!({ first_key(&asked): {"action": "accept", "content": {}} }),
+    )
+    .await;
+    let done = until_status(&c, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
+}

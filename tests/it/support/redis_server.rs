@@ -21,23 +21,32 @@ impl RedisServer {
             .local_addr()
             .unwrap()
             .port();
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (tests/run.sh installs it)");
-        let server = Self { port, child };
+        let server = Self {
+            port,
+            child: spawn(port),
+        };
+        server.answering().await;
+        server
+    }
+
+    /// Kills it and starts an empty one on the same port (a store without persistence that
+    /// restarted, or failed over).
+    pub async fn restart_empty(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.child = spawn(self.port);
+        self.answering().await;
+    }
+
+    async fn answering(&self) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while server.connection().await.is_err() {
+        while self.connection().await.is_err() {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "redis-server did not answer"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        server
     }
 
     /// `redis://127.0.0.1:<port>/0`.
@@ -72,6 +81,16 @@ impl RedisServer {
         }
         out
     }
+}
+
+fn spawn(port: u16) -> Child {
+    Command::new("redis-server")
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+        .args(["--save", "", "--appendonly", "no"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("redis-server is installed (tests/run.sh installs it)")
 }
 
 impl Drop for RedisServer {
