@@ -19,6 +19,7 @@ mod guard;
 mod local;
 mod record;
 mod redis_store;
+mod routing;
 mod store;
 mod view;
 
@@ -38,6 +39,8 @@ use local::{now_ms, Local, RUNNING_TASK_BYTES};
 pub(crate) use record::{CallJournal, Change};
 use record::{Lifetime, TaskRecord};
 use redis_store::RedisStore;
+use routing::ID_SEPARATOR;
+pub(crate) use routing::{owner_of, unknown, Route};
 use store::{MemoryStore, StoreError, TaskStore};
 
 use crate::config;
@@ -57,32 +60,6 @@ const MAILBOX: usize = 64;
 /// How long `tasks/update` waits for the task's actor to take its answers (it takes them as
 /// its next event, normally within microseconds; an actor stuck longer is reported busy).
 const TAKEN_WITHIN: Duration = Duration::from_secs(10);
-
-/// How a task's owner is named in its id: `<instance id>.<128 random bits>`.
-const ID_SEPARATOR: char = '.';
-
-/// The instance that created task `id` (the part before the last separator), when it has one.
-pub(crate) fn owner_of(id: &str) -> Option<&str> {
-    id.rsplit_once(ID_SEPARATOR)
-        .map(|(owner, _)| owner)
-        .filter(|o| !o.is_empty())
-}
-
-/// An unknown task, an expired one and another principal's look the same (-32602).
-pub(crate) fn unknown() -> ProxyError {
-    ProxyError::InvalidParams("unknown or expired taskId".into())
-}
-
-/// Where a `tasks/*` request for a task is served.
-#[derive(Debug)]
-pub(crate) enum Route {
-    /// This instance holds it (or nobody does: then it is unknown here).
-    Here,
-    /// Another instance holds it.
-    Holder(String),
-    /// This instance adopted it just now, and runs its replay-safe call again (then serves it).
-    Rerun(Box<Rerun>),
-}
 
 /// The tasks, as the front and the call actors see them.
 #[derive(Debug)]
@@ -501,17 +478,4 @@ fn busy() -> ProxyError {
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_owner_is_everything_before_the_last_separator() {
-        assert_eq!(owner_of("inst-1.abc"), Some("inst-1"));
-        assert_eq!(owner_of("a.b.c"), Some("a.b"));
-        assert_eq!(owner_of("nodot"), None);
-        assert_eq!(owner_of(".abc"), None);
-    }
 }
