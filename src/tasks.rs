@@ -158,6 +158,7 @@ impl Tasks {
         match self.store.renew(&ids, &self.owner).await {
             Ok(renewal) => {
                 self.write_back(renewal.missing).await;
+                self.catch_up(&renewal.lost).await;
                 for id in renewal.lost {
                     self.metrics.tasks.lease_lost();
                     tracing::warn!(task = %guard::short(&id), "task lease taken by another instance: stopping its copy here");
@@ -185,6 +186,24 @@ impl Tasks {
                 Err(e) => {
                     tracing::warn!(task = %guard::short(&id), error = %e, "task not written back")
                 }
+            }
+        }
+    }
+
+    // Writes back the copies holding changes the store missed while it was down (but those of
+    // tasks another instance holds now: theirs is the record).
+    async fn catch_up(&self, lost: &[String]) {
+        let Some(holder) = self.local.holder() else {
+            return;
+        };
+        for record in self.local.dirty() {
+            let id = record.id.clone();
+            if lost.contains(&id) {
+                continue;
+            }
+            if self.store.create(record, holder).await.is_ok() {
+                self.local.clean(&id);
+                tracing::info!(task = %guard::short(&id), "task changes written back to the store");
             }
         }
     }

@@ -89,6 +89,9 @@ impl TaskGuard {
         }
         let now = now_ms();
         let mirrored = self.local.keeps_copies().then(|| change.clone());
+        if self.local.is_dirty(&self.id) {
+            self.catch_up().await;
+        }
         let mut applied = self.store.apply(&self.id, self.version, change, now).await;
         if let (Err(StoreError::Unknown), Some(change)) = (&applied, &mirrored) {
             // A shared store that lost it (restarted empty): written back, then changed.
@@ -102,11 +105,24 @@ impl TaskGuard {
         match applied {
             Ok(a) => {
                 if let Some(change) = mirrored.filter(|_| a.transition.is_some()) {
-                    self.local.mirror(&self.id, change, now);
+                    self.local.mirror(&self.id, (change, now), false);
                 }
                 self.version = a.version;
                 if let Some(t) = a.transition {
                     self.moved(t);
+                }
+            }
+            Err(StoreError::Unavailable(e)) if mirrored.is_some() => {
+                // Kept in this instance's copy, written back once the store answers.
+                tracing::warn!(task = %short(&self.id), error = %e, "task change kept here until the store answers");
+                let change = mirrored.map(|c| (c, now));
+                if let Some((version, t)) =
+                    change.and_then(|c| self.local.mirror(&self.id, c, true))
+                {
+                    self.version = version;
+                    if let Some(t) = t {
+                        self.moved(t);
+                    }
                 }
             }
             Err(StoreError::Unknown) => {
@@ -119,6 +135,16 @@ impl TaskGuard {
                     self.lost = true;
                 }
             }
+        }
+    }
+
+    // Writes back this task's copy, which holds changes the store missed while it was down.
+    async fn catch_up(&mut self) {
+        let Some((record, holder)) = self.local.write_back(&self.id) else {
+            return;
+        };
+        if self.store.create(record, holder).await.is_ok() {
+            self.local.clean(&self.id);
         }
     }
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use super::record::{Change, Status, TaskRecord};
+use super::record::{Change, Status, TaskRecord, Transition};
 use crate::config;
 use crate::error::ProxyError;
 use crate::limits::Quota;
@@ -63,8 +63,10 @@ struct Held {
     expires: Instant,
     mailbox: mpsc::Sender<Control>,
     /// With a shared store: the record as its holder last wrote it, to write back to a store
-    /// that lost it (restarted empty).
+    /// that lost it (restarted empty) or missed changes (down when they were made).
     copy: Option<TaskRecord>,
+    /// The copy holds changes the store does not have yet.
+    dirty: bool,
 }
 
 impl Local {
@@ -122,17 +124,50 @@ impl Local {
             expires,
             mailbox,
             copy,
+            dirty: false,
         };
         self.held.insert(id, held);
     }
 
-    /// Task `id`'s copy (kept with a shared store) takes `change`, as the store's did.
-    pub(crate) fn mirror(&self, id: &str, change: Change, now_ms: u64) {
+    /// Task `id`'s copy (kept with a shared store) takes `change`, as the store's did (or,
+    /// `dirty`, as the store will once it is written back): its new version and transition.
+    pub(crate) fn mirror(
+        &self,
+        id: &str,
+        (change, now_ms): (Change, u64),
+        dirty: bool,
+    ) -> Option<(u64, Option<Transition>)> {
+        let mut held = self.held.get_mut(id)?;
+        held.dirty |= dirty;
+        let copy = held.copy.as_mut()?;
+        let transition = copy.apply(change, now_ms);
+        Some((copy.version, transition))
+    }
+
+    /// The copies holding changes the store does not have yet (it was down), with the holder
+    /// to write them back under.
+    pub(crate) fn dirty(&self) -> Vec<TaskRecord> {
+        (self.held.iter())
+            .filter(|h| h.dirty)
+            .filter_map(|h| h.copy.clone())
+            .collect()
+    }
+
+    /// Task `id`'s copy was written back: the store has every change.
+    pub(crate) fn clean(&self, id: &str) {
         if let Some(mut held) = self.held.get_mut(id) {
-            if let Some(copy) = &mut held.copy {
-                copy.apply(change, now_ms);
-            }
+            held.dirty = false;
         }
+    }
+
+    /// Whether task `id`'s copy holds changes the store does not have yet.
+    pub(crate) fn is_dirty(&self, id: &str) -> bool {
+        self.held.get(id).is_some_and(|h| h.dirty)
+    }
+
+    /// This instance's id, with a shared store.
+    pub(crate) fn holder(&self) -> Option<&str> {
+        self.copies_for.as_deref()
     }
 
     /// Task `id`'s copy, to write back to a store that lost it.

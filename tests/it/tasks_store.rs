@@ -370,3 +370,23 @@ async fn a_store_restarted_empty_gets_its_running_tasks_back_from_their_holders(
     let done = until_status(&c, &id, "completed").await;
     assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
 }
+
+#[tokio::test]
+async fn a_task_that_finishes_while_the_store_is_down_is_written_back_finished() {
+    let mut store = RedisServer::start().await;
+    let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
+    let (_m, a) = replica_running(&store, vec![Step::Delay(300), done], "").await;
+    let c = a.client(task_caps());
+    let id = start_task(&c).await;
+    store.stop();
+    // The upstream finishes while the store is down: the holder keeps the change.
+    let missed = r#"mrtr_task_store_errors_total{op="apply"}"#;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while count(&a, missed).await < 1.0 {
+        assert!(tokio::time::Instant::now() < deadline, "the change was never tried");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.restart_empty().await;
+    let finished = until_status(&c, &id, "completed").await;
+    assert_eq!(finished["result"]["content"][0]["text"], RESULT, "{finished}");
+}

@@ -32,10 +32,15 @@ impl RedisServer {
     /// Kills it and starts an empty one on the same port (a store without persistence that
     /// restarted, or failed over).
     pub async fn restart_empty(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
         self.child = spawn(self.port);
         self.answering().await;
+    }
+
+    /// Kills it (the store is down until [`RedisServer::restart_empty`]).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     async fn answering(&self) {
