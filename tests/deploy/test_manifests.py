@@ -137,7 +137,7 @@ def test_the_configmap_config_is_valid(tmp_path):
 
 def test_the_deployment_matches_its_config():
     config = tomllib.loads(one("ConfigMap", "mrtr-proxy")["data"]["config.toml"])
-    pod = one("Deployment")["spec"]["template"]["spec"]
+    pod = one("Deployment", "legacy-mcp")["spec"]["template"]["spec"]
     proxy = next(c for c in pod["containers"] if c["name"] == "mrtr-proxy")
     ports = {p["name"]: p["containerPort"] for p in proxy["ports"]}
     assert ports["mcp"] == int(config["server"]["listen"].rsplit(":", 1)[1])
@@ -157,7 +157,26 @@ def test_the_deployment_matches_its_config():
 
 
 def test_the_services_target_the_proxy_only():
-    for svc in (r for r in resources() if r["kind"] == "Service"):
+    for svc in (r for r in resources() if r["kind"] == "Service" and r["metadata"]["name"] != "mrtr-task-store"):
         assert [p["targetPort"] for p in svc["spec"]["ports"]] == ["mcp"], svc["metadata"]["name"]
     peers = one("Service", "legacy-mcp-peers")["spec"]
     assert peers["clusterIP"] == "None" and peers["publishNotReadyAddresses"] is True
+
+
+def test_the_task_store_is_the_one_the_config_names_with_the_secrets_password():
+    config = tomllib.loads(one("ConfigMap", "mrtr-proxy")["data"]["config.toml"])
+    store = one("Service", "mrtr-task-store")
+    port = store["spec"]["ports"][0]
+    assert config["tasks"]["store"] == f"redis://{store['metadata']['name']}:{port['port']}/0"
+    assert port["targetPort"] == "store"
+    pod = one("Deployment", "mrtr-task-store")["spec"]["template"]["spec"]
+    assert store["spec"]["selector"] == one("Deployment", "mrtr-task-store")["spec"]["selector"]["matchLabels"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    password = pod["containers"][0]["env"][0]["valueFrom"]["secretKeyRef"]
+    proxy = next(c for c in one("Deployment", "legacy-mcp")["spec"]["template"]["spec"]["containers"]
+                 if c["name"] == "mrtr-proxy")
+    secret_dir = next(m for m in proxy["volumeMounts"] if m["name"] == "state-secret")["mountPath"]
+    assert config["tasks"]["store_password_file"] == f"{secret_dir}/{password['key']}"
+    assert password["name"] == one("Secret")["metadata"]["name"]
+    assert password["key"] in one("Secret")["stringData"]
