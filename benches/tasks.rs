@@ -7,6 +7,11 @@
 //!   the peer (one forward), beside a plain `tools/call` of `echo` for scale;
 //! - `tasks/update` latency (each answers one task), half on the owner, half through the peer.
 //!
+//! Then the same with the tasks in a shared store (`[tasks] store`, a `redis-server` of the
+//! bench's own on a free loopback port, without persistence): `tasks/get` on the peer is read
+//! from the store (no forward), what the store holds (Redis's `used_memory` per task), and the
+//! time from the owner's SIGKILL to the task adopted on the peer (the lease is 1 s).
+//!
 //! Bounded: TASKS tasks, GETS requests per measure, 60 s for the tasks to ask; loopback only.
 //! `MRTR_BENCH_TASKS` overrides TASKS.
 
@@ -22,7 +27,7 @@ use std::time::{Duration, Instant};
 use mrtr_proxy::demo::client::ModernClient;
 use mrtr_proxy::demo::upstream::DemoUpstream;
 use serde_json::{json, Value};
-use support::{rss_kib, spawn_proxy};
+use support::{rss_kib, spawn_proxy, ProxyProcess};
 
 mod support;
 
@@ -39,24 +44,54 @@ fn tasks() -> usize {
 }
 
 fn main() {
-    support::block_on(run());
+    support::block_on(async {
+        run(None).await;
+        let store = Store::start();
+        run(Some(&store)).await;
+    });
 }
 
-async fn run() {
+async fn run(store: Option<&Store>) {
     let n = tasks();
     let up = DemoUpstream::start().await.expect("demo upstream");
-    let (owner, owner_url) = spawn_proxy(&up.url(), "tasks-owner", &config(n, None));
-    let (_peer, peer_url) = spawn_proxy(&up.url(), "tasks-peer", &config(n, Some(&owner_url)));
+    let shared = store.map(Store::config).unwrap_or_default();
+    let (owner, owner_url) = spawn_proxy(&up.url(), "tasks-owner", &config(n, None, &shared));
+    let peer_config = config(n, Some(&owner_url), &shared);
+    let (_peer, peer_url) = spawn_proxy(&up.url(), "tasks-peer", &peer_config);
     let caps =
         json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}});
     let here = ModernClient::new(owner_url, caps.clone());
     let there = ModernClient::new(peer_url, caps);
+    println!(
+        "== tasks {}",
+        if store.is_some() {
+            "in a shared store (redis-server)"
+        } else {
+            "in memory"
+        }
+    );
     let start = rss_kib(owner.id());
+    let before = store.map_or(0, Store::used_memory);
     let ids = create(&here, n).await;
     wait_asking(&here, &ids).await;
     let asking = rss_kib(owner.id());
     let per = (asking.saturating_sub(start) as f64) * 1024.0 / n as f64;
     println!("owner RSS: {start} KiB at start, {asking} KiB with {n} tasks waiting for input (~{per:.0} B per task)");
+    if let Some(store) = store {
+        let per = store.used_memory().saturating_sub(before) as f64 / n as f64;
+        println!("store: ~{per:.0} B per task waiting for input (Redis used_memory)");
+    }
+    measure(&here, &there, &ids).await;
+    if store.is_some() {
+        adoption(owner, &there, &ids[n - 1]).await;
+    } else {
+        drop(owner);
+    }
+}
+
+// The latencies: a plain call for scale, tasks/get on the owner and on the peer, tasks/update
+// on each (half the tasks each, all but the last).
+async fn measure(here: &ModernClient, there: &ModernClient, ids: &[String]) {
     let echo = latency(GETS, || async {
         let r = here
             .request(
@@ -70,8 +105,8 @@ async fn run() {
     .await;
     report("plain tools/call (echo), for scale", &echo);
     for (name, client) in [
-        ("tasks/get on the owner", &here),
-        ("tasks/get through the peer", &there),
+        ("tasks/get on the owner", here),
+        ("tasks/get on the peer", there),
     ] {
         let id = &ids[0];
         let got = latency(GETS, || async {
@@ -84,19 +119,103 @@ async fn run() {
         .await;
         report(name, &got);
     }
-    let (mine, forwarded) = ids.split_at(n / 2);
-    report("tasks/update on the owner", &updates(&here, mine).await);
+    let (mine, forwarded) = ids[..ids.len() - 1].split_at(ids.len() / 2);
+    report("tasks/update on the owner", &updates(here, mine).await);
     report(
         "tasks/update through the peer",
-        &updates(&there, forwarded).await,
+        &updates(there, forwarded).await,
     );
-    drop(owner);
 }
 
-fn config(n: usize, peer: Option<&str>) -> String {
+// SIGKILLs the owner, then polls task `id` on the peer until it is adopted (it stops being
+// `input_required`: `provision` is not replay-safe, so it fails); the time from the kill.
+async fn adoption(owner: ProxyProcess, peer: &ModernClient, id: &str) {
+    let killed = Instant::now();
+    drop(owner);
+    let deadline = killed + Duration::from_secs(30);
+    loop {
+        let r = peer
+            .request("tasks/get", json!({"taskId": id}))
+            .await
+            .unwrap();
+        if r.result()["status"] == "failed" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never adopted: {:?}", r.last);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    println!(
+        "owner SIGKILLed -> task adopted on the peer: {} ms (lease 1 s)",
+        killed.elapsed().as_millis()
+    );
+}
+
+/// The bench's own `redis-server`, killed when dropped.
+struct Store {
+    port: u16,
+    child: std::process::Child,
+}
+
+impl Store {
+    fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (apt-get install redis-server)");
+        let store = Self { port, child };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while store.info().is_none() {
+            assert!(Instant::now() < deadline, "redis-server did not answer");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        store
+    }
+
+    fn config(&self) -> String {
+        format!(
+            "store = \"redis://127.0.0.1:{}/0\"\nstore_timeout = \"300ms\"\nlease = \"1s\"\n",
+            self.port
+        )
+    }
+
+    fn info(&self) -> Option<String> {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "info", "memory"])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn used_memory(&self) -> u64 {
+        self.info()
+            .and_then(|i| {
+                i.lines()
+                    .find_map(|l| l.strip_prefix("used_memory:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn config(n: usize, peer: Option<&str>, store: &str) -> String {
     let peers = peer.map_or(String::new(), |p| format!("[cluster]\npeers = [\"{p}\"]\n"));
     format!(
-        "[pool]\nmax_sessions = {s}\n[state]\nsecret = \"{SECRET}\"\n[tasks]\nmax = {s}\nmax_per_principal = {s}\nmax_memory = \"1GiB\"\n[tasks.tools]\nprovision = \"always\"\n{peers}",
+        "[pool]\nmax_sessions = {s}\n[state]\nsecret = \"{SECRET}\"\n[tasks]\nmax = {s}\nmax_per_principal = {s}\nmax_memory = \"1GiB\"\n{store}[tasks.tools]\nprovision = \"always\"\n{peers}",
         s = n + 16
     )
 }

@@ -383,10 +383,16 @@ async fn a_task_that_finishes_while_the_store_is_down_is_written_back_finished()
     let missed = r#"mrtr_task_store_errors_total{op="apply"}"#;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     while count(&a, missed).await < 1.0 {
-        assert!(tokio::time::Instant::now() < deadline, "the change was never tried");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the change was never tried"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     store.restart_empty().await;
     let finished = until_status(&c, &id, "completed").await;
-    assert_eq!(finished["result"]["content"][0]["text"], RESULT, "{finished}");
+    assert_eq!(
+        finished["result"]["content"][0]["text"], RESULT,
+        "{finished}"
+    );
 }
