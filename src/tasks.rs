@@ -35,7 +35,7 @@ pub(crate) use adopt::Rerun;
 use adopt::{NOT_REPLAY_SAFE, NO_ROOM};
 pub(crate) use guard::TaskGuard;
 pub(crate) use local::Control;
-use local::{now_ms, Local, RUNNING_TASK_BYTES};
+use local::{busy, now_ms, post, Local, RUNNING_TASK_BYTES};
 pub(crate) use record::{CallJournal, Change};
 use record::{Lifetime, TaskRecord};
 use redis_store::RedisStore;
@@ -164,6 +164,10 @@ impl Tasks {
                     tracing::warn!(task = %guard::short(&id), "task lease taken by another instance: stopping its copy here");
                     if let Some(mailbox) = self.local.mailbox(&id) {
                         let _ = post(&mailbox, Control::Lost);
+                    }
+                    // Held here no more (a finished task's actor is gone: no one else lets go).
+                    if let Some(status) = self.local.release(&id) {
+                        self.metrics.tasks.moved(Some(guard::state(status)), None);
                     }
                 }
             }
@@ -480,19 +484,6 @@ impl Tasks {
             poll_interval_ms: millis(self.config.poll_interval),
         }
     }
-}
-
-// Posts `control` to a task's actor. Full: client messages are queued already (the actor reads
-// them in order); closed: the task ended meanwhile, which its record says.
-fn post(mailbox: &mpsc::Sender<Control>, control: Control) -> Result<(), ProxyError> {
-    match mailbox.try_send(control) {
-        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
-        Err(mpsc::error::TrySendError::Full(_)) => Err(busy()),
-    }
-}
-
-fn busy() -> ProxyError {
-    ProxyError::Overloaded("the task is busy; retry later".into())
 }
 
 fn millis(d: Duration) -> u64 {

@@ -152,8 +152,8 @@ impl TaskGuard {
     /// process charged for it goes back.
     pub(crate) fn let_go(&mut self) {
         self.lost = true;
-        if self.local.release(&self.id) {
-            self.metrics.tasks.moved(Some(state(self.status)), None);
+        if let Some(status) = self.local.release(&self.id) {
+            self.metrics.tasks.moved(Some(state(status)), None);
         }
     }
 

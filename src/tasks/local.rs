@@ -208,14 +208,12 @@ impl Local {
         }
     }
 
-    /// Lets go of task `id` now (another instance holds it): its charge goes back. Whether
-    /// it was held here.
-    pub(crate) fn release(&self, id: &str) -> bool {
-        let Some((_, held)) = self.held.remove(id) else {
-            return false;
-        };
+    /// Lets go of task `id` now (another instance holds it): its charge goes back. The status
+    /// it had here, if it was held here.
+    pub(crate) fn release(&self, id: &str) -> Option<Status> {
+        let (_, held) = self.held.remove(id)?;
         self.quota.release(&held.principal, held.bytes);
-        true
+        Some(held.status)
     }
 
     /// Lets go of the tasks past their TTL: their charges go back; returns the status each
@@ -232,6 +230,20 @@ impl Local {
         });
         gone
     }
+}
+
+/// Posts `control` to a task's actor. Full: client messages are queued already (the actor reads
+/// them in order); closed: the task ended meanwhile, which its record says.
+pub(crate) fn post(mailbox: &mpsc::Sender<Control>, control: Control) -> Result<(), ProxyError> {
+    match mailbox.try_send(control) {
+        Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => Ok(()),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(busy()),
+    }
+}
+
+/// A task whose actor cannot take a message now.
+pub(crate) fn busy() -> ProxyError {
+    ProxyError::Overloaded("the task is busy; retry later".into())
 }
 
 /// Now, in milliseconds since the Unix epoch (the clock of task records).
