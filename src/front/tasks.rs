@@ -1,7 +1,8 @@
 //! `tasks/get`, `tasks/update` and `tasks/cancel` (the tasks extension): only for a request that
 //! declares the extension (else -32021); answered from the task's record when this instance owns
 //! it, forwarded to the owner (the instance its id names, one hop) when another does, and
-//! -32602 `task_lost` when the owner cannot be reached. The task's actor hears answers and
+//! -32602 `task_lost` when the owner cannot be reached (with a shared store: 503, retry later,
+//! as the task is adopted once its holder's lease lapses). The task's actor hears answers and
 //! cancellations through the record (`tasks`).
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ use crate::app::App;
 use crate::auth::Principal;
 use crate::body::Body;
 use crate::cluster::{self, Inbound};
+use crate::config;
 use crate::edge;
 use crate::error::ProxyError;
 use crate::jsonrpc;
@@ -106,6 +108,15 @@ async fn route(
         Route::Holder(holder) => match app.peers.forward(&holder, inbound, ForwardKind::Task).await
         {
             Ok(resp) => Ok(Some(Served::ByOwner(resp))),
+            // In a shared store the task outlives its holder: once the holder's lease lapses,
+            // the next request adopts it. Until then the client must retry, not give it up.
+            Err(reason) if !matches!(app.config.tasks.store, config::Store::Memory) => {
+                Err(ProxyError::Overloaded(format!(
+                    "the instance running this task cannot be reached ({}); retry later: \
+                     another instance takes the task over once its lease lapses",
+                    cluster::lost_because(reason)
+                )))
+            }
             Err(reason) => Err(ProxyError::TaskLost(cluster::lost_because(reason))),
         },
         Route::Rerun(rerun) => {

@@ -54,12 +54,17 @@ fn ask(id: i64, msg: &str) -> Step {
 /// An instance gone at once takes task `id`'s lease (for 400 ms): its holder finds it taken
 /// and stops its copy, and the next replica asked adopts the task once it lapses.
 async fn lose_holder(store: &RedisServer, id: &str) {
+    lease_to_ghost(store, id, 400).await;
+}
+
+/// Task `id`'s lease is held by an instance no replica can reach, for `ms`.
+async fn lease_to_ghost(store: &RedisServer, id: &str, ms: u64) {
     let mut conn = store.connection().await.unwrap();
     redis::cmd("SET")
         .arg(format!("mrtr:lease:{id}"))
         .arg("ghost")
         .arg("PX")
-        .arg(400)
+        .arg(ms)
         .query_async::<()>(&mut conn)
         .await
         .unwrap();
@@ -395,4 +400,31 @@ async fn a_task_that_finishes_while_the_store_is_down_is_written_back_finished()
         finished["result"]["content"][0]["text"], RESULT,
         "{finished}"
     );
+
+async fn an_update_or_cancel_while_a_gone_holders_lease_lives_is_retried_later_never_lost() {
+    let store = RedisServer::start().await;
+    let (_m1, a) = replica(&store).await;
+    let (_m2, b) = replica(&store).await;
+    let id = start_task(&a.client(task_caps())).await;
+    let key = first_key(&until_status(&a.client(task_caps()), &id, "input_required").await);
+    // Its holder is unreachable (gone) while its lease lives: the task is not lost, it is
+    // adopted once the lease lapses, so the client is told to retry (503), not `task_lost`.
+    lease_to_ghost(&store, &id, 60_000).await;
+    let on_b = b.client(task_caps());
+    let answers = json!({ key: {"action": "accept", "content": {"n": ANSWER}} });
+    for (verb, extra) in [
+        ("update", json!({ "inputResponses": answers })),
+        ("cancel", json!({})),
+    ] {
+        let ex = on_task(&on_b, verb, &id, extra).await;
+        assert_eq!(ex.status, 503, "tasks/{verb}: {:?}", ex.last);
+        assert_eq!(
+            ex.last["error"]["code"], -32000,
+            "tasks/{verb}: {:?}",
+            ex.last
+        );
+        let message = ex.last["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("retry later"), "tasks/{verb}: {message}");
+        assert!(ex.headers.contains_key("retry-after"), "tasks/{verb}");
+    }
 }
