@@ -51,8 +51,9 @@ if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
     || { apt-get update -q >/dev/null && apt-get install -y -q nginx-light >/dev/null; }
 fi
 
-# redis-server is the shared task store of tests/it/tasks_store.rs (each test starts its own on a
-# free loopback port, without persistence).
+# redis-server (redis-cli comes with it) is the shared task store of tests/it/tasks_store.rs and
+# tests/interop/test_task_store.py (each test starts its own on a free loopback port, without
+# persistence).
 if ! command -v redis-server >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q --no-install-recommends redis-server >/dev/null \

@@ -74,22 +74,24 @@ def start_balancer(tmp_path, ports):
 
 class Cluster:
     """Three replicas sharing a key, each with its own Python legacy upstream (started with
-    `upstream_flags`), behind nginx round-robin; `extra_toml` joins the replicas' config."""
+    `upstream_flags`), behind nginx round-robin; `extra_toml` joins the replicas' config. With
+    `named`, replica i has the fixed instance id `replica-<i>` (random otherwise)."""
 
-    def __init__(self, tmp_path, extra_toml="", upstream_flags=()):
-        self.upstreams, self.proxies = [], []
+    def __init__(self, tmp_path, extra_toml="", upstream_flags=(), named=False):
+        self.upstreams, self.proxies, self.configs, self.upstream_urls = [], [], [], []
         ports = [free_port() for _ in range(REPLICAS)]
         peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports)
-        config = tmp_path / "proxy.toml"
-        config.write_text(
-            '[state]\nsecret = "a-cluster-key-shared-by-every-replica-0123"\ngather_window = "250ms"\n'
-            f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n' + extra_toml
-        )
-        self.config, self.upstream_urls = config, []
-        for port in ports:
+        for i, port in enumerate(ports):
+            config = tmp_path / (f"replica-{i}.toml" if named else "proxy.toml")
+            config.write_text(
+                '[state]\nsecret = "a-cluster-key-shared-by-every-replica-0123"\ngather_window = "250ms"\n'
+                + (f'instance_id = "replica-{i}"\n' if named else "")
+                + f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n' + extra_toml
+            )
             up, url = start_py_upstream(*upstream_flags)
             self.upstreams.append(up)
             self.upstream_urls.append(url)
+            self.configs.append(config)
             self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
         self.nginx, self.url = start_balancer(tmp_path, ports)
 
@@ -98,7 +100,7 @@ class Cluster:
         old = self.proxies[i]
         old.proc.p.send_signal(signal.SIGTERM)
         old.proc.p.wait(timeout=30)
-        self.proxies[i] = Proxy(self.upstream_urls[i], config=self.config, listen=old.listen)
+        self.proxies[i] = Proxy(self.upstream_urls[i], config=self.configs[i], listen=old.listen)
 
     def per_replica(self, name, **labels):
         return [p.metrics().sum(name, **labels) for p in self.proxies]

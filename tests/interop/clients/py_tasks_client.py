@@ -3,10 +3,12 @@ support (PyPI fastmcp-tasks==4.1.4, on mcp==2.3.0), pinned to 2026-07-28. FastMC
 extension on every call; of the inputs a task may ask for it answers only elicitation.
 
 Usage: python py_tasks_client.py URL '<plan JSON>'
-plan: {"tool": name, "arguments": {..}, "mode": "result" | "cancel"}
+plan: {"tool": name, "arguments": {..}, "mode": "result" | "cancel", "hold": bool}
   result (default) `call_tool_task` (fails unless the call became a task), wait until the task
          asks for input, then `result()`, which answers it through the elicitation handler and
-         polls to the end
+         polls to the end; with `"hold": true`, between the two it prints
+         `{"held": task_id, "input_keys": [..]}` and waits for a line on stdin (the test acts on
+         the task meanwhile: a person who has not answered yet)
   cancel `call_tool_task`, `cancel()`, then wait for the task's final status
 Every elicitation is accepted with {"name": "Ada"}. Prints one JSON line: task_id, statuses
 (what tasks/get said, in order), elicitations (their messages), text, final, error.
@@ -69,6 +71,9 @@ async def main(url, plan, out):
         asked = await task.wait(state="input_required", timeout=WAIT_S)
         out["statuses"].append(asked.status)
         out["input_keys"] = sorted(asked.input_requests or {})
+        if plan.get("hold"):
+            print(json.dumps({"held": task.task_id, "input_keys": out["input_keys"]}), flush=True)
+            await asyncio.to_thread(sys.stdin.readline)
         result = await task.result()
         out["text"] = result.content[0].text
         out["final"] = (await task.status()).status
