@@ -400,7 +400,9 @@ async fn a_task_that_finishes_while_the_store_is_down_is_written_back_finished()
         finished["result"]["content"][0]["text"], RESULT,
         "{finished}"
     );
+}
 
+#[tokio::test]
 async fn an_update_or_cancel_while_a_gone_holders_lease_lives_is_retried_later_never_lost() {
     let store = RedisServer::start().await;
     let (_m1, a) = replica(&store).await;
