@@ -15,6 +15,7 @@
 //!   written by the front.
 
 mod adopt;
+mod faults;
 mod guard;
 mod local;
 mod record;
@@ -32,7 +33,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
 pub(crate) use adopt::Rerun;
-use adopt::{NOT_REPLAY_SAFE, NO_ROOM};
+use adopt::{Adopting, NOT_REPLAY_SAFE, NO_ROOM};
 pub(crate) use guard::TaskGuard;
 pub(crate) use local::Control;
 use local::{busy, now_ms, post, Local, RUNNING_TASK_BYTES};
@@ -157,8 +158,8 @@ impl Tasks {
         let ids = self.local.ids();
         match self.store.renew(&ids, &self.owner).await {
             Ok(renewal) => {
-                self.write_back(renewal.missing).await;
-                self.catch_up(&renewal.lost).await;
+                faults::write_back(self.store.as_ref(), &self.local, renewal.missing).await;
+                faults::catch_up(self.store.as_ref(), &self.local, &renewal.lost).await;
                 for id in renewal.lost {
                     self.metrics.tasks.lease_lost();
                     tracing::warn!(task = %guard::short(&id), "task lease taken by another instance: stopping its copy here");
@@ -172,43 +173,6 @@ impl Tasks {
                 }
             }
             Err(e) => tracing::warn!(error = %e, "task leases not renewed"),
-        }
-    }
-
-    // Tasks held here that the store no longer has (it restarted empty, or failed over to a
-    // replica that never had them): written back from this instance's copies, its lease with
-    // them.
-    async fn write_back(&self, missing: Vec<String>) {
-        for id in missing {
-            let Some((record, holder)) = self.local.write_back(&id) else {
-                continue;
-            };
-            match self.store.create(record, holder).await {
-                Ok(()) => {
-                    tracing::info!(task = %guard::short(&id), "task written back to the store")
-                }
-                Err(e) => {
-                    tracing::warn!(task = %guard::short(&id), error = %e, "task not written back")
-                }
-            }
-        }
-    }
-
-    // Writes back the copies holding changes the store missed while it was down (but those of
-    // tasks another instance holds now: theirs is the record).
-    async fn catch_up(&self, lost: &[String]) {
-        let Some(holder) = self.local.holder() else {
-            return;
-        };
-        for record in self.local.dirty() {
-            let id = record.id.clone();
-            if lost.contains(&id) {
-                continue;
-            }
-            if self.store.create(record, holder).await.is_ok() {
-                self.local.clean(&id);
-                tracing::info!(task = %guard::short(&id), "task changes written back to the store");
-            }
         }
     }
 
@@ -270,18 +234,25 @@ impl Tasks {
     /// task's id says it was created. In a shared store: a read here, from the store; an update
     /// or a cancel at the holder while its lease lives; a task whose holder is gone is adopted
     /// here first.
+    /// `answers`: a `tasks/update`'s, which go into the journal of a task it adopts.
     pub(crate) async fn route(
         &self,
         id: &str,
-        read: bool,
+        (read, answers): (bool, Option<&Map<String, Value>>),
         principal: &str,
     ) -> Result<Route, ProxyError> {
         let holder = self.store.holder(id).await?;
+        let adopting = Adopting { principal, answers };
         Ok(match holder {
+            // An earlier process under this instance's id held it (restarted with a fixed
+            // `state.instance_id`): it is adopted like any task whose holder is gone.
+            Some(h) if h == self.owner && self.shared() && !self.local.holds(id) => {
+                self.adopt(id, adopting, true).await?
+            }
             Some(h) if h == self.owner => Route::Here,
             Some(_) if read && self.shared() => Route::Here,
             Some(h) => Route::Holder(h),
-            None if self.shared() => self.adopt(id, principal).await?,
+            None if self.shared() => self.adopt(id, adopting, false).await?,
             None => match owner_of(id) {
                 Some(o) if o != self.owner => Route::Holder(o.to_owned()),
                 _ => Route::Here,
@@ -297,13 +268,13 @@ impl Tasks {
     // racing, exactly one does — then a finished task is only read, a replay-safe one runs
     // again here, and any other ends failed: its call died with its holder. Only on a request
     // of the task's own principal. One log line per adoption.
-    async fn adopt(&self, id: &str, principal: &str) -> Result<Route, ProxyError> {
+    async fn adopt(&self, id: &str, by: Adopting<'_>, ours: bool) -> Result<Route, ProxyError> {
         let record = self.store.get(id).await?;
-        let Some(record) = record.filter(|r| r.visible_to(principal, now_ms())) else {
+        let Some(record) = record.filter(|r| r.visible_to(by.principal, now_ms())) else {
             // Unknown, expired, or another principal's: answered here as unknown.
             return Ok(Route::Here);
         };
-        if !self.store.acquire(id, &self.owner).await? {
+        if !self.take_lease(id, ours).await? {
             // Another instance adopted it just now.
             return Ok(match self.store.holder(id).await? {
                 Some(h) if h != self.owner => Route::Holder(h),
@@ -316,8 +287,10 @@ impl Tasks {
             return Ok(Route::Here);
         }
         if record.replay_safe && record.call.is_some() {
+            let answered = adopt::late_answers(&record, by.answers);
+            let rerun = Change::Rerun { answered };
             self.store
-                .apply(id, record.version, Change::Rerun, now_ms())
+                .apply(id, record.version, rerun, now_ms())
                 .await?;
             let Some(record) = self.store.get(id).await? else {
                 return Ok(Route::Here);
@@ -332,6 +305,16 @@ impl Tasks {
             }
         }
         self.fail_adopted(record, NOT_REPLAY_SAFE).await
+    }
+
+    // Takes task `id`'s lease for this instance: when no one holds it, or (`ours`) when this
+    // instance's id holds it from an earlier process.
+    async fn take_lease(&self, id: &str, ours: bool) -> Result<bool, ProxyError> {
+        if !ours {
+            return Ok(self.store.acquire(id, &self.owner).await?);
+        }
+        let renewal = self.store.renew(&[id.to_owned()], &self.owner).await?;
+        Ok(renewal.lost.is_empty() && renewal.missing.is_empty())
     }
 
     // A replay-safe task adopted here: charged and held like one created here (its deadline

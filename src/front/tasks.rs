@@ -98,12 +98,15 @@ async fn route(
     inbound: Inbound<'_>,
 ) -> Result<Option<Served>, ProxyError> {
     let read = req.method == "tasks/get";
-    match app
+    let answers = match req.params.get::<Value>("inputResponses") {
+        Some(Value::Object(m)) if req.method == "tasks/update" => Some(m),
+        _ => None,
+    };
+    let routed = app
         .calls
         .tasks
-        .route(req.target(), read, &who.digest)
-        .await?
-    {
+        .route(req.target(), (read, answers.as_ref()), &who.digest);
+    match routed.await? {
         Route::Here => Ok(None),
         Route::Holder(holder) => match app.peers.forward(&holder, inbound, ForwardKind::Task).await
         {

@@ -1,14 +1,17 @@
 //! What adopting a task takes besides the lease (see `Tasks::route`): the parts of a
 //! replay-safe task that run its call again here, and the failure of one that cannot.
 
+use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
 use super::guard::{self, TaskGuard};
 use super::local::{now_ms, Control};
 use super::record::{CallJournal, Change, TaskRecord};
 use super::store::{StoreError, TaskStore};
+use crate::input::Asked;
 use crate::jsonrpc::ErrorObject;
 use crate::ops::metrics::{Adopted, Metrics};
+use crate::state::replay;
 
 /// Why a running task adopted from a lost replica failed: its tool is not replay-safe.
 pub(super) const NOT_REPLAY_SAFE: &str =
@@ -57,4 +60,33 @@ pub(super) async fn fail(
         tracing::info!(task = %guard::short(id), from, to, outcome = "failed", "task adopted");
     }
     Ok(())
+}
+
+/// Who adopts a task: the principal of the request that found it orphaned, and that request's
+/// answers when it is a `tasks/update`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Adopting<'a> {
+    pub(super) principal: &'a str,
+    pub(super) answers: Option<&'a Map<String, Value>>,
+}
+
+/// The answers `answers` gives to what `record` asks (each checked against what it answers), as
+/// journal entries: the request that adopts the task brought them, and the call run again
+/// takes them from the journal, so an acknowledged answer is never lost to the adoption.
+pub(super) fn late_answers(
+    record: &TaskRecord,
+    answers: Option<&Map<String, Value>>,
+) -> Vec<(String, Value)> {
+    let Some(answers) = answers else {
+        return Vec::new();
+    };
+    (record.input_requests.iter())
+        .filter_map(|(key, embedded)| {
+            let answer = answers.get(key)?;
+            Asked::from_embedded(key, embedded)?.check(answer).ok()?;
+            let method = embedded.get("method")?.as_str()?;
+            let fingerprint = replay::fingerprint(method, embedded.get("params"));
+            Some((fingerprint, answer.clone()))
+        })
+        .collect()
 }

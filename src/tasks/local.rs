@@ -175,6 +175,11 @@ impl Local {
         self.held.get(id).and_then(|h| h.copy.clone())
     }
 
+    /// Whether this process holds task `id`.
+    pub(crate) fn holds(&self, id: &str) -> bool {
+        self.held.contains_key(id)
+    }
+
     /// The tasks held here (running or finished, until their TTL).
     pub(crate) fn ids(&self) -> Vec<String> {
         self.held.iter().map(|h| h.key().clone()).collect()

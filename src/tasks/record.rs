@@ -143,8 +143,9 @@ pub(crate) enum Change {
     Cancel { message: String },
     /// Its holder was lost and its replay-safe call runs again on the instance that adopted
     /// it: what the lost call asked is no longer outstanding (the new run asks anew what its
-    /// journal does not answer).
-    Rerun,
+    /// journal does not answer); `answered` joins the journal (answers to what it asked that
+    /// came with the request that adopted it).
+    Rerun { answered: Vec<(String, Value)> },
 }
 
 /// What a change did to the status (`from == to` when it did not move it).
@@ -234,7 +235,10 @@ impl TaskRecord {
                 let message = Some(error.message.clone());
                 self.end(Ending::Error(error), message)
             }
-            Change::Rerun => {
+            Change::Rerun { answered } => {
+                if let Some(call) = &mut self.call {
+                    call.answered.extend(answered);
+                }
                 self.input_requests.clear();
                 Status::Working
             }

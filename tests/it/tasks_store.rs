@@ -430,3 +430,72 @@ async fn an_update_or_cancel_while_a_gone_holders_lease_lives_is_retried_later_n
         assert!(ex.headers.contains_key("retry-after"), "tasks/{verb}");
     }
 }
+
+#[tokio::test]
+async fn an_answer_that_comes_as_the_task_is_adopted_is_delivered_not_asked_again() {
+    let store = RedisServer::start().await;
+    let script = || {
+        let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
+        vec![
+            ask(7, "first"),
+            Step::Await(7),
+            ask(8, "second"),
+            Step::Await(8),
+            done,
+        ]
+    };
+    let safe = "[replay.tools]\nslow = \"always\"\n";
+    let (m1, a) = replica_running(&store, script(), safe).await;
+    let (m2, b) = replica_running(&store, script(), safe).await;
+    let on_a = a.client(task_caps());
+    let id = start_task(&on_a).await;
+    let first = until_status(&on_a, &id, "input_required").await;
+    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
+    update(&on_a, &id, json!({ first_key(&first): ada })).await;
+    until(&on_a, &id, |r| {
+        r["inputRequests"]["elicitation-2"].is_object()
+    })
+    .await;
+    lose_holder(&store, &id).await;
+    m1.wait_for("the call cancelled upstream", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+    // The lease lapses; the person's answer to the open question is what adopts the task.
+    let mut conn = store.connection().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let lease: i64 = redis::cmd("EXISTS")
+            .arg(format!("mrtr:lease:{id}"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if lease == 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never lapsed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let on_b = b.client(task_caps());
+    let bob = json!({"action": "accept", "content": {"name": "Bob"}});
+    update(&on_b, &id, json!({ "elicitation-2": bob })).await;
+    let done = until_status(&on_b, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
+    let delivered: Vec<Value> = m2
+        .answers_to(8)
+        .into_iter()
+        .map(|m| m["result"].clone())
+        .collect();
+    assert_eq!(
+        delivered,
+        vec![bob],
+        "the acknowledged answer reached the re-run"
+    );
+    assert_eq!(
+        metric(&b, r#"mrtr_tasks_adopted_total{outcome="replayed"}"#).await,
+        1.0
+    );
+}
