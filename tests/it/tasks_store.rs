@@ -77,6 +77,63 @@ async fn start_task(c: &ModernClient) -> String {
     ex.result()["taskId"].as_str().unwrap().to_owned()
 }
 
+/// Two replicas whose `slow` asks "first" then "second" (replay-safe); a task started on A
+/// whose first question was answered (`ada`), and A lost while the second is asked (it found its
+/// lease taken and stopped its copy).
+struct TwoQuestions {
+    store: RedisServer,
+    _m1: Mock,
+    _a: TestProxy,
+    m2: Mock,
+    b: TestProxy,
+    id: String,
+    ada: Value,
+}
+
+async fn lost_at_the_second_question() -> TwoQuestions {
+    let store = RedisServer::start().await;
+    let script = || {
+        let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
+        vec![
+            ask(7, "first"),
+            Step::Await(7),
+            ask(8, "second"),
+            Step::Await(8),
+            done,
+        ]
+    };
+    let safe = "[replay.tools]\nslow = \"always\"\n";
+    let (m1, a) = replica_running(&store, script(), safe).await;
+    let (m2, b) = replica_running(&store, script(), safe).await;
+    let on_a = a.client(task_caps());
+    let id = start_task(&on_a).await;
+    let first = until_status(&on_a, &id, "input_required").await;
+    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
+    update(&on_a, &id, json!({ first_key(&first): ada })).await;
+    let second = until(&on_a, &id, |r| {
+        r["inputRequests"]["elicitation-2"].is_object()
+    })
+    .await;
+    assert_eq!(
+        second["inputRequests"]["elicitation-2"]["params"]["message"],
+        "second"
+    );
+    lose_holder(&store, &id).await;
+    m1.wait_for("the call cancelled upstream", |m| {
+        m["method"] == "notifications/cancelled"
+    })
+    .await;
+    TwoQuestions {
+        store,
+        _m1: m1,
+        _a: a,
+        m2,
+        b,
+        id,
+        ada,
+    }
+}
+
 async fn metric(proxy: &TestProxy, series: &str) -> f64 {
     sample(&proxy.get_text("/metrics").await, series)
 }
@@ -240,39 +297,15 @@ async fn a_store_that_does_not_answer_leaves_calls_ordinary_and_readyz_says_so()
 
 #[tokio::test]
 async fn a_replay_safe_task_runs_again_on_the_adopter_without_asking_what_was_answered() {
-    let store = RedisServer::start().await;
-    let script = || {
-        let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
-        vec![
-            ask(7, "first"),
-            Step::Await(7),
-            ask(8, "second"),
-            Step::Await(8),
-            done,
-        ]
-    };
-    let safe = "[replay.tools]\nslow = \"always\"\n";
-    let (m1, a) = replica_running(&store, script(), safe).await;
-    let (m2, b) = replica_running(&store, script(), safe).await;
-    let on_a = a.client(task_caps());
-    let id = start_task(&on_a).await;
-    let first = until_status(&on_a, &id, "input_required").await;
-    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
-    update(&on_a, &id, json!({ first_key(&first): ada })).await;
-    let second = until(&on_a, &id, |r| {
-        r["inputRequests"]["elicitation-2"].is_object()
-    })
-    .await;
-    assert_eq!(
-        second["inputRequests"]["elicitation-2"]["params"]["message"],
-        "second"
-    );
-    // A is lost while the person is asked the second question.
-    lose_holder(&store, &id).await;
-    m1.wait_for("the call cancelled upstream", |m| {
-        m["method"] == "notifications/cancelled"
-    })
-    .await;
+    // The store lives to the end of the test; A is gone.
+    let TwoQuestions {
+        store: _store,
+        m2,
+        b,
+        id,
+        ada,
+        ..
+    } = lost_at_the_second_question().await;
     // B adopts it and runs the call again on its own upstream: the first question is answered
     // from the task's journal (the person is not asked again), the second asked anew under a
     // fresh key.
@@ -433,34 +466,9 @@ async fn an_update_or_cancel_while_a_gone_holders_lease_lives_is_retried_later_n
 
 #[tokio::test]
 async fn an_answer_that_comes_as_the_task_is_adopted_is_delivered_not_asked_again() {
-    let store = RedisServer::start().await;
-    let script = || {
-        let done = Step::Reply(json!({"content": [{"type": "text", "text": RESULT}]}));
-        vec![
-            ask(7, "first"),
-            Step::Await(7),
-            ask(8, "second"),
-            Step::Await(8),
-            done,
-        ]
-    };
-    let safe = "[replay.tools]\nslow = \"always\"\n";
-    let (m1, a) = replica_running(&store, script(), safe).await;
-    let (m2, b) = replica_running(&store, script(), safe).await;
-    let on_a = a.client(task_caps());
-    let id = start_task(&on_a).await;
-    let first = until_status(&on_a, &id, "input_required").await;
-    let ada = json!({"action": "accept", "content": {"name": "Ada"}});
-    update(&on_a, &id, json!({ first_key(&first): ada })).await;
-    until(&on_a, &id, |r| {
-        r["inputRequests"]["elicitation-2"].is_object()
-    })
-    .await;
-    lose_holder(&store, &id).await;
-    m1.wait_for("the call cancelled upstream", |m| {
-        m["method"] == "notifications/cancelled"
-    })
-    .await;
+    let TwoQuestions {
+        store, m2, b, id, ..
+    } = lost_at_the_second_question().await;
     // The lease lapses; the person's answer to the open question is what adopts the task.
     let mut conn = store.connection().await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
