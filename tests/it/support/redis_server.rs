@@ -13,20 +13,26 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts one and waits (bounded: 10 s) until it answers.
+    /// Starts one and waits (bounded: 10 s) until it answers. The port is free when asked
+    /// for, but another test may take it before redis-server binds it: then redis-server exits
+    /// and another port is tried (5 at most).
     pub async fn start() -> Self {
-        // A free port, asked of the kernel (`--port 0` would turn Redis's TCP off).
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let server = Self {
-            port,
-            child: spawn(port),
-        };
-        server.answering().await;
-        server
+        for _ in 0..5 {
+            // A free port, asked of the kernel (`--port 0` would turn Redis's TCP off).
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut server = Self {
+                port,
+                child: spawn(port),
+            };
+            if server.answering().await {
+                return server;
+            }
+        }
+        panic!("redis-server did not start on any of 5 free ports");
     }
 
     /// Kills it and starts an empty one on the same port (a store without persistence that
@@ -34,7 +40,7 @@ impl RedisServer {
     pub async fn restart_empty(&mut self) {
         self.stop();
         self.child = spawn(self.port);
-        self.answering().await;
+        assert!(self.answering().await, "redis-server did not start again on its port");
     }
 
     /// Kills it (the store is down until [`RedisServer::restart_empty`]).
@@ -43,15 +49,20 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
-    async fn answering(&self) {
+    // Whether it answers (bounded: 10 s); `false` at once when it exited (its port was taken).
+    async fn answering(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         while self.connection().await.is_err() {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "redis-server did not answer"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        true
     }
 
     /// `redis://127.0.0.1:<port>/0`.
