@@ -289,9 +289,11 @@ impl Tasks {
         if record.replay_safe && record.call.is_some() {
             let answered = adopt::late_answers(&record, by.answers);
             let rerun = Change::Rerun { answered };
-            self.store
-                .apply(id, record.version, rerun, now_ms())
-                .await?;
+            match self.store.apply(id, record.version, rerun, now_ms()).await {
+                // Adopted meanwhile by another request (on this instance or another one).
+                Err(StoreError::Conflict) => return Ok(Route::Here),
+                applied => applied?,
+            };
             let Some(record) = self.store.get(id).await? else {
                 return Ok(Route::Here);
             };

@@ -53,7 +53,11 @@ pub(super) async fn fail(
         data: None,
     };
     let failed = Change::Fail { error };
-    let applied = store.apply(id, record.version, failed, now_ms()).await?;
+    let applied = match store.apply(id, record.version, failed, now_ms()).await {
+        // Adopted meanwhile by another request: it says what became of the task.
+        Err(StoreError::Conflict) => return Ok(()),
+        applied => applied?,
+    };
     if let Some(t) = applied.transition {
         metrics.tasks.adopted(Adopted::Failed);
         let (from, to) = (t.from.as_str(), t.to.as_str());

@@ -40,7 +40,10 @@ impl RedisServer {
     pub async fn restart_empty(&mut self) {
         self.stop();
         self.child = spawn(self.port);
-        assert!(self.answering().await, "redis-server did not start again on its port");
+        assert!(
+            self.answering().await,
+            "redis-server did not start again on its port"
+        );
     }
 
     /// Kills it (the store is down until [`RedisServer::restart_empty`]).
