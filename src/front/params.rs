@@ -115,7 +115,8 @@ impl<'de> Deserialize<'de> for Meta {
 /// parser reads of it.
 ///
 /// # Errors
-/// -32700 for what is not JSON or a tree would refuse; -32600 for a key named twice.
+/// -32700 for what is not JSON or a tree would refuse; -32600 for a key named twice or the key
+/// serde_json reserves ([`checked`]).
 pub(crate) fn check_body(json: &[u8]) -> Result<(), ProxyError> {
     let text = std::str::from_utf8(json).map_err(|e| ProxyError::Parse(e.to_string()))?;
     match checked::check(text) {
@@ -124,6 +125,10 @@ pub(crate) fn check_body(json: &[u8]) -> Result<(), ProxyError> {
         Err(Refused::DuplicateKey) => Err(ProxyError::InvalidRequest(
             "the message names a key twice in one object".into(),
         )),
+        Err(Refused::ReservedKey) => Err(ProxyError::InvalidRequest(format!(
+            "the message names the reserved key `{}`",
+            checked::RESERVED_KEY
+        ))),
     }
 }
 
@@ -133,7 +138,8 @@ impl Params {
     /// # Errors
     /// -32700 for what a tree would refuse (a number out of range, a lone surrogate, nesting
     /// past serde_json's limit: the members are parsed later, as they are needed); -32602 for
-    /// params that are not an object, or name a key twice in any object ([`checked`]).
+    /// params that are not an object, or name a key twice in any object, or the key serde_json
+    /// reserves ([`checked`]).
     pub(crate) fn parse(raw: Option<&RawValue>) -> Result<Self, ProxyError> {
         let Some(raw) = raw.filter(|r| r.get() != "null") else {
             return Ok(Self::default());
@@ -145,6 +151,12 @@ impl Params {
                 return Err(ProxyError::InvalidParams(
                     "params name a key twice in one object".into(),
                 ))
+            }
+            Err(Refused::ReservedKey) => {
+                return Err(ProxyError::InvalidParams(format!(
+                    "params name the reserved key `{}`",
+                    checked::RESERVED_KEY
+                )))
             }
         }
         serde_json::from_str(raw.get())

@@ -1,9 +1,11 @@
 //! The params checked as a tree would check them, without building one: every number in range,
 //! every string well formed (no lone surrogate), nesting within serde_json's recursion limit —
-//! and, stricter than a tree, no object naming a key twice. The params are then read and
-//! forwarded as text, so this is what keeps what the proxy reads of them (the request digest a
-//! token binds, the approval form a person sees) the same as what the upstream parses: a tree
-//! keeps a duplicated key's last value, another parser may keep its first.
+//! and, stricter than a tree, no object naming a key twice, nor the key serde_json reserves for
+//! itself. The params are then read and forwarded as text, so this is what keeps what the proxy
+//! reads of them (the request digest a token binds, the approval form a person sees) the same as
+//! what the upstream parses: a tree keeps a duplicated key's last value, another parser may keep
+//! its first; and a tree reads `{"$serde_json::private::RawValue": "<text>"}` as the value
+//! `<text>` holds, where any other parser reads an object.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -18,6 +20,8 @@ pub(super) enum Refused {
     Malformed(String),
     /// An object names a key twice.
     DuplicateKey,
+    /// An object names the key serde_json's tree reads as something else ([`RESERVED_KEY`]).
+    ReservedKey,
 }
 
 /// Checks JSON text `json` (known to be JSON: the envelope was parsed).
@@ -25,10 +29,16 @@ pub(super) fn check(json: &str) -> Result<(), Refused> {
     match serde_json::from_str::<Checked>(json) {
         Ok(Checked) => Ok(()),
         Err(e) if e.to_string().starts_with(DUPLICATE) => Err(Refused::DuplicateKey),
+        Err(e) if e.to_string().starts_with(RESERVED_KEY) => Err(Refused::ReservedKey),
         Err(e) => Err(Refused::Malformed(e.to_string())),
     }
 }
 
+/// The key serde_json (with the `raw_value` feature, which the proxy uses) reserves: a tree
+/// reads an object whose first key it is as the JSON text its value holds. Refused anywhere
+/// (also the error it raises). serde_json's other reserved key, `$serde_json::private::Number`,
+/// is only read so with `arbitrary_precision`, which is off.
+pub(super) const RESERVED_KEY: &str = "$serde_json::private::RawValue";
 /// The error a duplicated key raises (serde_json appends the position).
 const DUPLICATE: &str = "duplicate key";
 /// Keys of one object compared one by one up to this many, then through a set.
@@ -84,6 +94,9 @@ impl<'de> Visitor<'de> for Walk {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
         let mut keys = Keys::default();
         while let Some(Key(key)) = map.next_key()? {
+            if key == RESERVED_KEY {
+                return Err(A::Error::custom(RESERVED_KEY));
+            }
             if !keys.insert(key) {
                 return Err(A::Error::custom(DUPLICATE));
             }
@@ -182,5 +195,24 @@ mod tests {
             assert_eq!(check(&twice), Err(Refused::DuplicateKey), "{twice}");
         }
         assert_eq!(check(&format!(r#"{{{many}"last":0}}"#)), Ok(()));
+    }
+
+    // Found by the `params` and `sse_messages` fuzz targets: a tree read the object as the
+    // value its string held, the upstream would read an object.
+    #[test]
+    fn the_key_serde_json_reserves_is_refused_anywhere() {
+        let misread =
+            r#"{"name":"t","arguments":{"repo":{"$serde_json::private::RawValue":"\"ok\""}}}"#;
+        let tree: serde_json::Value = serde_json::from_str(misread).unwrap();
+        assert_eq!(tree["arguments"]["repo"], "ok", "what a tree makes of it");
+        for reserved in [
+            misread,
+            r#"{"$serde_json::private::RawValue":"1"}"#,
+            r#"[{"a":1,"$serde_json::private::RawValue":"1"}]"#,
+            r#"{"\u0024serde_json::private::RawValue":"1"}"#,
+        ] {
+            assert_eq!(check(reserved), Err(Refused::ReservedKey), "{reserved}");
+        }
+        assert_eq!(check(r#"{"$serde_json::private::Number":"1"}"#), Ok(()));
     }
 }
