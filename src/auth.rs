@@ -152,6 +152,13 @@ impl Authenticator {
             Verifier::Header(_) => return Ok(by_header(&name, headers)),
         };
         let verified = verified.map_err(|r| self.refuse(&r))?;
+        // The upstream learns who a request is for from the subject header: a subject that
+        // cannot be a header value (a control character) is refused, not sent without it
+        // (found by the `bearer` fuzz target).
+        if self.cfg.subject_header.is_some() && HeaderValue::from_str(&verified.subject).is_err() {
+            let why = "the token's subject holds a control character: it cannot go upstream";
+            return Err(self.unauthorized(Some(why)));
+        }
         Ok(self.principal_of(verified, value))
     }
 
