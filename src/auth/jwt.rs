@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio::time::Instant;
 
@@ -33,19 +34,30 @@ impl JwtVerifier {
             JwksSource::File(path) => {
                 let text = std::fs::read_to_string(path)
                     .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                let set: JwkSet = serde_json::from_str(&text)
-                    .map_err(|e| format!("{} is not a JWK set: {e}", path.display()))?;
-                KeyCache::fixed(&set)
+                let path = path.display().to_string();
+                return Self::with_key_set(cfg, &text)
+                    .map_err(|e| format!("{path} is not a JWK set: {e}"));
             }
             JwksSource::Uri(uri) => KeyCache::fetched(uri.clone(), fetcher, &cfg),
         };
         Ok(Self { cfg, keys })
     }
 
+    /// A verifier of `cfg` over the key set `jwks` (JSON text, as a `jwks_file` holds it),
+    /// whatever `cfg.keys` says.
+    ///
+    /// # Errors
+    /// `jwks` is not a key set.
+    pub(super) fn with_key_set(cfg: config::Jwt, jwks: &str) -> Result<Self, String> {
+        let set = serde_json::from_str(jwks).map_err(|e| e.to_string())?;
+        let keys = KeyCache::fixed(&key_set(set)?);
+        Ok(Self { cfg, keys })
+    }
+
     /// The verified issuer, subject and scopes of `token`.
     pub(crate) async fn verify(&self, token: &str) -> Result<Verified, Rejection> {
         let header = jsonwebtoken::decode_header(token)
-            .map_err(|e| Rejection::Invalid(format!("not a JWT: {e}")))?;
+            .map_err(|e| Rejection::Invalid(format!("not a JWT: {}", why(&e))))?;
         if !self.cfg.algorithms.contains(&header.alg) {
             return Err(Rejection::Invalid(format!(
                 "algorithm {:?} is not accepted",
@@ -82,10 +94,16 @@ impl JwtVerifier {
     }
 }
 
-// What a failed verification says, in words a client's developer can act on.
+// What a failed verification says, in words a client's developer can act on, and nothing of
+// the token: a part's own error quotes what it read (`unknown variant `…``), and the message
+// goes back in the challenge and into the log.
 fn why(e: &jsonwebtoken::errors::Error) -> String {
     use jsonwebtoken::errors::ErrorKind;
     match e.kind() {
+        ErrorKind::InvalidToken => "it is not three base64url parts".into(),
+        ErrorKind::Base64(_) => "a part is not base64url".into(),
+        ErrorKind::Utf8(_) => "a part is not UTF-8".into(),
+        ErrorKind::Json(_) => "its header or claims are not the JSON of a JWT".into(),
         ErrorKind::ExpiredSignature => "the token has expired".into(),
         ErrorKind::ImmatureSignature => "the token is not valid yet (nbf)".into(),
         ErrorKind::InvalidAudience => "the token is for another resource (aud)".into(),
@@ -95,6 +113,22 @@ fn why(e: &jsonwebtoken::errors::Error) -> String {
         ErrorKind::InvalidAlgorithm => "the token's algorithm does not fit its key".into(),
         other => format!("the token does not verify: {other:?}"),
     }
+}
+
+// The keys of a JWK set that `jsonwebtoken` reads; the others are left out, as RFC 7517 §5
+// says ("implementations SHOULD ignore JWKs within a JWK Set that use "kty" values that are not
+// understood by them, that are missing required members, or for which values are out of the
+// supported ranges"): one such key (a curve, a type or an `alg` unknown here) does not make
+// the set's other keys unusable.
+fn key_set(set: Value) -> Result<JwkSet, String> {
+    let Some(Value::Array(keys)) = set.get("keys") else {
+        return Err("no `keys` list".into());
+    };
+    let keys = keys
+        .iter()
+        .filter_map(|k| Jwk::deserialize(k).ok())
+        .collect();
+    Ok(JwkSet { keys })
 }
 
 // The decoding keys of a key set, by `kid`; refreshed from the authorization server.
@@ -168,8 +202,8 @@ impl KeyCache {
         self.lock().tried = Some(Instant::now());
         match source.fetcher.get_json(&source.uri).await {
             Ok(v) => {
-                let set: JwkSet = serde_json::from_value(v)
-                    .map_err(|e| Rejection::Unavailable(format!("the key set: {e}")))?;
+                let set =
+                    key_set(v).map_err(|e| Rejection::Unavailable(format!("the key set: {e}")))?;
                 let mut keys = Keys::of(&set);
                 keys.fetched = Some(Instant::now());
                 keys.tried = keys.fetched;
@@ -294,5 +328,54 @@ mod tests {
         assert!(keys.by_kid.contains_key("a"));
         assert!(!keys.by_kid.contains_key("b"));
         assert_eq!(keys.by_kid["a"].0, Some(Algorithm::EdDSA));
+    }
+
+    // Found by the `jwks` fuzz target (fuzz/regressions/jwks/): one key of a curve unknown
+    // here made the whole set unusable, every token refused.
+    #[test]
+    fn a_key_set_leaves_out_the_keys_it_cannot_read_and_keeps_the_others() {
+        let x = "11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo";
+        let set = key_set(serde_json::json!({"keys": [
+            {"kty": "OKP", "crv": "Ed25520", "kid": "odd", "x": x},
+            {"kty": "EC", "crv": "P-521", "kid": "e5", "alg": "ES512", "x": "AA", "y": "AA"},
+            {"kty": "AKP", "kid": "pq", "alg": "ML-DSA-44", "pub": "AA"},
+            {"kty": "OKP", "crv": "Ed25519", "kid": "a", "alg": "EdDSA", "x": x}
+        ]}))
+        .unwrap();
+        let keys = Keys::of(&set);
+        assert_eq!(keys.by_kid.keys().collect::<Vec<_>>(), ["a"]);
+        assert!(key_set(serde_json::json!({"keys": {}})).is_err());
+        assert!(key_set(serde_json::json!([])).is_err());
+    }
+
+    // Found by the `bearer` fuzz target (fuzz/seeds/bearer/alg_marked): a header's error
+    // quoted it (`unknown variant `…``) into the challenge and the log.
+    #[tokio::test]
+    async fn a_refusal_quotes_nothing_of_the_token() {
+        use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        use base64::Engine;
+        let toml = "[auth]\nprincipal = \"jwt\"\nresource = \"https://mcp.example/mcp\"\n\
+            [auth.jwt]\nissuer = \"https://as.example\"\n\
+            jwks_uri = \"http://127.0.0.1:9/jwks\"\nalgorithms = [\"EdDSA\"]\n";
+        let config = config::Config::from_toml_str(toml).unwrap();
+        let config::PrincipalSource::Jwt(cfg) = config.auth.principal else {
+            panic!("jwt")
+        };
+        let v = JwtVerifier::with_key_set(cfg, r#"{"keys": []}"#).unwrap();
+        let part = |v: Value| URL_SAFE_NO_PAD.encode(v.to_string());
+        let claims = part(serde_json::json!({"sub": "SECRET"}));
+        for header in [
+            part(serde_json::json!({"alg": "SECRET"})),
+            part(serde_json::json!({"alg": "EdDSA", "kid": ["SECRET"]})),
+            part(serde_json::json!("SECRET")),
+            URL_SAFE_NO_PAD.encode("SECRET"),
+            "SECRET".into(),
+        ] {
+            let Err(Rejection::Invalid(why)) = v.verify(&format!("{header}.{claims}.c2ln")).await
+            else {
+                panic!("refused")
+            };
+            assert!(!why.contains("SECRET"), "{why}");
+        }
     }
 }
