@@ -120,18 +120,33 @@ impl Introspector {
         }
     }
 
-    // What an answer says: active, unexpired, for this resource, with a subject; or why not.
-    fn judge(&self, a: &Map<String, Value>) -> Result<(Verified, Instant), &'static str> {
+    /// What an answer says: active, unexpired, for this resource, with a subject (and until
+    /// when that is cached); or why not.
+    pub(super) fn judge(
+        &self,
+        a: &Map<String, Value>,
+    ) -> Result<(Verified, Instant), &'static str> {
         if a.get("active") != Some(&Value::Bool(true)) {
             return Err("the token is not active");
         }
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
-        let left = match a.get("exp").and_then(Value::as_u64) {
-            Some(exp) if exp <= now.as_secs() => return Err("the token has expired"),
-            Some(exp) => Duration::from_secs(exp - now.as_secs()),
-            None => self.cfg.cache_max_age,
+        // A NumericDate (RFC 7519 §2: seconds, possibly fractional); one that cannot be read is
+        // not "no expiry" (found by the `introspection` fuzz target: `1.7e9` and `"1700000000"`
+        // were taken, and cached, as tokens that never expire).
+        let left = match a.get("exp") {
+            None | Some(Value::Null) => self.cfg.cache_max_age,
+            Some(exp) => {
+                let Some(exp) = exp.as_f64().filter(|e| e.is_finite()) else {
+                    return Err("the token's expiry is not a date");
+                };
+                let left = exp - now.as_secs_f64();
+                if left <= 0.0 {
+                    return Err("the token has expired");
+                }
+                Duration::try_from_secs_f64(left).unwrap_or(Duration::MAX)
+            }
         };
         // RFC 7662's `aud` is optional; when the server names audiences, this resource is one.
         if let Some(aud) = a.get("aud") {
@@ -287,5 +302,60 @@ mod tests {
         c.insert([3; 32], "c", now + Duration::from_secs(10));
         assert_eq!(c.get(&[3; 32]), Some("c"), "the expired one made room");
         assert_eq!(c.get(&[2; 32]), Some("b"));
+    }
+
+    fn introspector() -> Introspector {
+        let toml =
+            "[auth]\nprincipal = \"introspection\"\nresource = \"https://mcp.example/mcp\"\n\
+            [auth.introspection]\nendpoint = \"http://127.0.0.1:9/introspect\"\n";
+        let config = crate::config::Config::from_toml_str(toml).unwrap();
+        let config::PrincipalSource::Introspection(cfg) = config.auth.principal else {
+            panic!("introspection")
+        };
+        let metrics = Arc::new(Metrics::default());
+        let fetcher = Fetcher::new(Duration::from_secs(1), Arc::clone(&metrics));
+        Introspector::new(
+            cfg,
+            None,
+            "https://mcp.example/mcp".into(),
+            fetcher,
+            metrics,
+        )
+        .unwrap()
+    }
+
+    // Found by the `introspection` fuzz target (fuzz/regressions/introspection/).
+    #[tokio::test]
+    async fn an_expiry_that_is_not_a_whole_number_is_read_or_refused_never_ignored() {
+        let i = introspector();
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let answer = |exp: Value| {
+            let a = serde_json::json!({"active": true, "sub": "alice", "exp": exp});
+            i.judge(a.as_object().unwrap()).map(|(v, _)| v.subject)
+        };
+        assert_eq!(
+            answer(Value::from(17_965_150.5)),
+            Err("the token has expired")
+        );
+        assert_eq!(answer(Value::from(-1)), Err("the token has expired"));
+        let past = Value::from(format!("{}", now - 60));
+        assert_eq!(answer(past), Err("the token's expiry is not a date"));
+        assert_eq!(
+            answer(serde_json::json!({})),
+            Err("the token's expiry is not a date")
+        );
+        assert_eq!(
+            answer(Value::from(now as f64 + 3600.5)).as_deref(),
+            Ok("alice")
+        );
+        assert_eq!(answer(Value::from(now + 3600)).as_deref(), Ok("alice"));
+        assert_eq!(
+            answer(Value::Null).as_deref(),
+            Ok("alice"),
+            "null: none given"
+        );
     }
 }
