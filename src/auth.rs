@@ -119,6 +119,24 @@ impl Authenticator {
         })
     }
 
+    /// What the introspection endpoint's answer `body` says of a token, as `verify` reads it
+    /// (`None` unless `principal = "introspection"`): who it names and for how long that is
+    /// cached, or why it is refused. Parsing only, for the fuzz targets.
+    pub(crate) fn introspection_answer(
+        &self,
+        body: &[u8],
+    ) -> Option<Result<(Verified, std::time::Duration), &'static str>> {
+        let Verifier::Introspection(v) = &self.verifier else {
+            return None;
+        };
+        let Ok(serde_json::Value::Object(answer)) = serde_json::from_slice(body) else {
+            return Some(Err("the introspection answer is not a JSON object"));
+        };
+        let judged = v.judge(&answer);
+        let now = tokio::time::Instant::now();
+        Some(judged.map(|(who, until)| (who, until.saturating_duration_since(now))))
+    }
+
     /// The configuration.
     pub(crate) fn config(&self) -> &config::Auth {
         &self.cfg
@@ -311,6 +329,16 @@ impl Authenticator {
             }
         }
     }
+}
+
+/// A JWT verifier of `cfg` over the key set `jwks` (JSON text), as `principal = "jwt"` with a
+/// `jwks_file` reads it; what its `verify` says of a token is what the proxy says. Parsing only,
+/// for the fuzz targets.
+///
+/// # Errors
+/// `jwks` is not a key set.
+pub(crate) fn jwt_verifier(cfg: &config::Jwt, jwks: &str) -> Result<JwtVerifier, String> {
+    JwtVerifier::with_key_set(cfg.clone(), jwks)
 }
 
 // `principal = "header"`, and pass-through without a token: the header's digest; the header

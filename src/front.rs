@@ -25,12 +25,12 @@ use crate::protocol::{MODERN_VERSION, SESSION_HEADER, VERSION_HEADER};
 use crate::rewrite::{self, RewriteCtx};
 use crate::trace_context::TraceContext;
 
-mod approval;
+pub(crate) mod approval;
 pub(crate) mod bridge;
 mod cors;
-mod gate;
+pub(crate) mod gate;
 mod listen;
-mod params;
+pub(crate) mod params;
 mod relay;
 mod retry;
 mod sse_client;

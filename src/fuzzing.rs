@@ -7,7 +7,6 @@
 
 use std::time::{Duration, SystemTime};
 
-use http::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::Value;
 
 use crate::config::Secret;
@@ -16,6 +15,19 @@ use crate::jsonrpc::{Kind, Message};
 use crate::sse::SseDecoder;
 use crate::state::keys::{self, KeySet};
 use crate::state::TokenCodec;
+
+mod answers;
+mod auth;
+mod legacy;
+mod params;
+mod strict;
+mod trace;
+
+pub use answers::{approval_answer, tasks_update};
+pub use auth::{bearer, introspection, jwks};
+pub use legacy::sse_messages;
+pub use params::params;
+pub use trace::trace_context;
 
 /// The SSE decoder: any bytes, fed whole or split at any point, give the same events (or the
 /// same refusal), and never an event over the bound.
@@ -66,24 +78,11 @@ pub fn jsonrpc_envelope(data: &[u8]) {
 /// Modern request validation: the input is header lines (`name: value`), a blank line, then
 /// the body. Never panics; what validates carries the modern version.
 pub fn modern_headers(data: &[u8]) {
-    let (head, body) = match data.windows(2).position(|w| w == b"\n\n") {
-        Some(i) => (&data[..i], &data[i + 2..]),
-        None => (data, &[][..]),
-    };
-    let mut headers = HeaderMap::new();
-    for line in head.split(|b| *b == b'\n') {
-        let Some(colon) = line.iter().position(|b| *b == b':') else {
-            continue;
-        };
-        let (name, value) = (&line[..colon], &line[colon + 1..]);
+    let (head, body) = trace::split_head(data);
+    for (_, value) in trace::header_fields(head) {
         let _ = crate::front::decode_mirrored(value);
-        if let (Ok(n), Ok(v)) = (
-            HeaderName::from_bytes(name),
-            HeaderValue::from_bytes(value.trim_ascii()),
-        ) {
-            headers.append(n, v);
-        }
     }
+    let headers = trace::header_lines(head);
     let Ok(msg) = Message::parse(body) else {
         return;
     };

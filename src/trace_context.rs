@@ -38,6 +38,19 @@ pub(crate) struct TraceContext {
     values: Vec<(&'static str, String)>,
 }
 
+/// Whether `value` may be sent on as `key` unchanged: a version-00 `traceparent`, or a
+/// `tracestate` or `baggage` valid and within its bounds (`w3c`). What every value a
+/// [`TraceContext`] holds passes (the fuzz targets check it).
+pub(crate) fn is_sendable(key: &str, value: &str) -> bool {
+    let whole = |c: w3c::Checked| c.kept == w3c::Kept::Whole && !c.invalid && !c.oversized;
+    match key {
+        "traceparent" => matches!(w3c::traceparent(value), Some(Cow::Borrowed(_))),
+        "tracestate" => whole(w3c::tracestate(value)),
+        "baggage" => whole(w3c::baggage(value)),
+        _ => false,
+    }
+}
+
 impl TraceContext {
     /// The context of a request whose `_meta` members are `meta` and whose headers are
     /// `headers`, checked (see the module doc), and what was dropped.

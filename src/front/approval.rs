@@ -45,6 +45,22 @@ pub(super) enum Taken {
     Answered(Response<Body>),
 }
 
+/// What `answer` (the `inputResponses["approval"]` of a retry, or the `result` of a legacy
+/// client's response) decides about a call gated by `rule`: `Ok(None)` unanswered,
+/// `Ok(Some(true))` approved, `Ok(Some(false))` declined; `Err` the error object (JSON text) a
+/// malformed answer gets. Pure: what the fuzz targets drive.
+pub(crate) fn verdict_of(
+    rule: &ApprovalRule,
+    answer: Option<&Value>,
+) -> Result<Option<bool>, String> {
+    match verdict(rule, answer) {
+        Ok(Verdict::Unanswered) => Ok(None),
+        Ok(Verdict::Approved) => Ok(Some(true)),
+        Ok(Verdict::Declined) => Ok(Some(false)),
+        Err(e) => Err(jsonrpc::text(&json!(e.to_error_object()))),
+    }
+}
+
 /// The rule gating `req`, when it calls a gated tool.
 pub(super) fn rule<'a>(app: &'a App, req: &ModernRequest) -> Option<&'a ApprovalRule> {
     (req.method == "tools/call")

@@ -64,7 +64,7 @@ pub(super) fn tool_call<'a>(
 /// # Errors
 /// -32700 / -32600 for a body the gate cannot read as the upstream would; -32602 for a
 /// `tools/call` without a tool name; [`ProxyError::Unauthenticated`] for a missing scope.
-pub(super) fn legacy<'a>(
+pub(crate) fn legacy<'a>(
     app: &'a App,
     who: &Principal,
     bytes: &[u8],

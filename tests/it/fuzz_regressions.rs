@@ -6,19 +6,28 @@ use std::path::Path;
 
 type Target = fn(&[u8]);
 
-const TARGETS: [(&str, Target); 5] = [
+const TARGETS: [(&str, Target); 13] = [
     ("sse_decoder", mrtr_proxy::fuzzing::sse_decoder),
     ("jsonrpc_envelope", mrtr_proxy::fuzzing::jsonrpc_envelope),
     ("modern_headers", mrtr_proxy::fuzzing::modern_headers),
     ("request_state", mrtr_proxy::fuzzing::request_state),
     ("answer", mrtr_proxy::fuzzing::answer),
+    ("params", mrtr_proxy::fuzzing::params),
+    ("tasks_update", mrtr_proxy::fuzzing::tasks_update),
+    ("approval_answer", mrtr_proxy::fuzzing::approval_answer),
+    ("bearer", mrtr_proxy::fuzzing::bearer),
+    ("jwks", mrtr_proxy::fuzzing::jwks),
+    ("introspection", mrtr_proxy::fuzzing::introspection),
+    ("sse_messages", mrtr_proxy::fuzzing::sse_messages),
+    ("trace_context", mrtr_proxy::fuzzing::trace_context),
 ];
 
 #[test]
 fn every_seed_and_saved_crash_input_passes_its_target() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
-    let mut seeds = 0;
+    let mut unseeded = Vec::new();
     for (name, target) in TARGETS {
+        let mut seeds = 0;
         for dir in ["seeds", "regressions"] {
             let Ok(entries) = std::fs::read_dir(root.join(dir).join(name)) else {
                 continue;
@@ -35,12 +44,30 @@ fn every_seed_and_saved_crash_input_passes_its_target() {
                 }
             }
         }
+        if seeds == 0 {
+            unseeded.push(name);
+        }
         // The target handles the empty input and one byte too.
         target(b"");
         target(b"\n");
     }
-    assert!(
-        seeds >= TARGETS.len(),
-        "every target has seeds ({seeds} found)"
-    );
+    assert!(unseeded.is_empty(), "targets without seeds: {unseeded:?}");
+}
+
+#[test]
+fn every_target_is_built_and_run_by_the_fuzz_crate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let run = std::fs::read_to_string(root.join("run.sh")).unwrap();
+    for (name, _) in TARGETS {
+        assert!(
+            manifest.contains(&format!("name = \"{name}\"")),
+            "{name} is not a [[bin]] of fuzz/Cargo.toml"
+        );
+        assert!(
+            run.split(|c: char| c.is_whitespace() || "()=".contains(c))
+                .any(|w| w == name),
+            "{name} is not in fuzz/run.sh's targets"
+        );
+    }
 }

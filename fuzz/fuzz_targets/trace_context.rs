@@ -1,0 +1,4 @@
+#![no_main]
+//! See `mrtr_proxy::fuzzing::trace_context` for the input format and the invariants checked.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| mrtr_proxy::fuzzing::trace_context(data));
