@@ -1,7 +1,7 @@
 //! Scale-out without sticky sessions or a shared store: a retry whose verified requestState
 //! names another instance is forwarded to that instance, which resumes its parked call as if the
 //! client had come directly; the answer streams back through this one (where this sits in the
-//! pipeline: README.md § Architecture; `front/retry` decides to forward).
+//! pipeline: docs/ARCHITECTURE.md; `front/retry` decides to forward).
 //!
 //! Addresses come only from the configured peer set (`cluster.peers`, `cluster.peers_dns`),
 //! never from a token: a token names an instance id, and which peer has that id is learnt by

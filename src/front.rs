@@ -2,7 +2,7 @@
 //! (and answers CORS) → `post` bounds and reads the body → `classify` (era and envelope; legacy
 //! traffic leaves here for `relay`) → `validate` (headers, `_meta`, method; `params` read as raw
 //! members) → `route`: discover, listen, a retry (`retry`: here, at its owner, or replayed) or a
-//! new call (`start`: the call actor) → `edge` answers, JSON or SSE. The whole pipeline is drawn in README.md § Architecture.
+//! new call (`start`: the call actor) → `edge` answers, JSON or SSE. The whole pipeline is drawn in docs/ARCHITECTURE.md.
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! sampling / roots requests into multi round-trip (`input_required`) results with a signed
 //! `requestState`.
 //!
-//! The request pipeline and the module map are drawn once, in README.md § Architecture; each
+//! The request pipeline and the module map are drawn once, in docs/ARCHITECTURE.md; each
 //! module's own doc says what it owns. From the top floor down: [`server`] (listeners, admin
 //! routes, shutdown) and [`demo`]; `front` (the front door: validate, retry, start, listen,
 //! relay); `edge` (every response built); [`app`] (the shared state); `cluster` (peers); `call`
