@@ -21,6 +21,7 @@ mod config_docs;
 #[cfg(target_os = "linux")]
 #[cfg(target_os = "linux")]
 mod descriptors;
+mod docs_links;
 mod extensions;
 mod front;
 mod fuzz_regressions;
