@@ -1,5 +1,6 @@
 //! `mrtr-proxy demo`: a built-in legacy server, the proxy in front of it, and a scripted modern
-//! client walking through discover, list, a plain call, an elicitation round and a sampling round.
+//! client walking through discover, list, a plain call, an elicitation round, a sampling round
+//! and a task; then (without `--once`) it keeps serving and says how to point a client at it.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -19,6 +20,10 @@ pub mod transports;
 pub mod upstream;
 
 use client::{Exchange, ModernClient};
+
+/// The log filter of `demo` unless `RUST_LOG` sets one: warnings and errors only, so that the
+/// proxy's log (stderr) does not interleave with the walkthrough (stdout).
+pub const LOG_LEVEL: &str = "warn";
 use upstream::DemoUpstream;
 
 /// How the demo runs.
@@ -57,7 +62,8 @@ pub async fn run(
     let server = tokio::spawn(server::run(listener, Arc::clone(&app), async move {
         let _ = stop_rx.await;
     }));
-    let url = format!("http://{addr}/mcp");
+    let url = format!("http://{addr}{}", app.config.server.mcp_path);
+    let sse_url = format!("http://{addr}{}", app.config.server.sse_path);
     say(&format!(
         "legacy demo server (2025-11-25) {described}\nmrtr-proxy (2026-07-28 front) at {url}\n"
     ));
@@ -67,15 +73,29 @@ pub async fn run(
         Err(e) => say(&format!("walkthrough FAILED: {e}\n")),
     }
     if !once && outcome.is_ok() {
-        say(&format!(
-            "serving on {url} (Ctrl-C to stop); try a modern client pinned to 2026-07-28\n"
-        ));
+        say(&how_to_connect(&url, &sse_url));
         shutdown.await;
     }
     let _ = stop_tx.send(());
     let _ = server.await;
     drop(up);
     outcome
+}
+
+/// What the still-running demo says last: where it serves, and how to point a real client at
+/// it (the MCP Inspector starts in the legacy era, which the proxy relays to the built-in server;
+/// the bridge shows in the 2026-07-28 era).
+pub fn how_to_connect(url: &str, sse_url: &str) -> String {
+    format!(
+        "\nserving on {url} until Ctrl-C; point a client at it:\n\
+         \x20 a 2026-07-28 client: {url} (the bridge: input_required rounds, tasks)\n\
+         \x20 a legacy 2025-11-25 client: the same URL; a 2024-11-05 HTTP+SSE client: {sse_url}\n\
+         \x20 the MCP Inspector, in the 2026-07-28 era (in its default legacy era it talks to the\n\
+         \x20 built-in server as a legacy client, and the bridge does not show):\n\
+         \x20   npx @modelcontextprotocol/inspector --cli {url} --protocol-era modern --method tools/list\n\
+         \x20   npx @modelcontextprotocol/inspector --web --server-url {url} --protocol-era modern\n\
+         \x20   (or, in the web UI, the server's Settings → Protocol Era → Modern)\n"
+    )
 }
 
 // The built-in server on `transport`, and the config pointed at it: a URL, or (stdio) this
@@ -221,7 +241,8 @@ async fn task(url: &str) -> Result<(), String> {
         url,
         json!({"elicitation": {"form": {}}, "extensions": {"io.modelcontextprotocol/tasks": {}}}),
     );
-    let params = json!({"name":"provision","arguments":{"vm":"vm-7"}});
+    // The progress token makes the upstream report progress: the task's `statusMessage`.
+    let params = json!({"name":"provision","arguments":{"vm":"vm-7"},"_meta":{"progressToken":"provision-1"}});
     let t = step(
         &client,
         "a slow tool becomes a task (tasks extension)",

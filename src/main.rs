@@ -78,7 +78,7 @@ async fn main() -> ExitCode {
             once,
             upstream_transport,
         }) => {
-            telemetry::init_with(config.log.format, &config.log.level);
+            telemetry::init_with(config.log.format, demo::LOG_LEVEL);
             let options = demo::Options {
                 listen: cli.listen,
                 once,

@@ -1,5 +1,6 @@
 //! One session of the built-in legacy server: what it answers (`initialize`, the lists, its
-//! tools, prompt and resource) and what it asks mid-call (elicitation, sampling, roots), whichever
+//! tools, prompt, resources and resource template, `logging/setLevel`: everything its
+//! capabilities declare) and what it asks mid-call (elicitation, sampling, roots), whichever
 //! transport carries it (`upstream`: Streamable HTTP; `transports`: HTTP+SSE and stdio).
 
 use std::collections::HashMap;
@@ -95,7 +96,11 @@ pub(super) fn dispatch(sess: Arc<Sess>, msg: Value, out: Out) {
             }
             "prompts/get" => prompt(&call).await,
             "resources/list" => Ok(json!({"resources": [{"uri": "demo://motd", "name": "motd"}]})),
+            "resources/templates/list" => Ok(json!({"resourceTemplates": [
+                {"uriTemplate": "demo://echo/{text}", "name": "echo", "description": "Reads back {text}", "mimeType": "text/plain"}
+            ]})),
             "resources/read" => read(&call).await,
+            "logging/setLevel" => set_level(&call.params),
             "ping" => Ok(json!({})),
             other => Err(json!({"code": -32601, "message": format!("Method not found: {other}")})),
         };
@@ -121,6 +126,23 @@ impl CallCtx {
     async fn notify(&self, method: &str, params: Value) {
         let m = json!({"jsonrpc":"2.0","method":method,"params":params});
         self.tx.send(&m).await;
+    }
+
+    // Progress under the request's own `progressToken`, and none when it set no token (the
+    // client asked for none).
+    async fn progress(&self, progress: u64, total: u64, message: &str) {
+        let Some(token) = self
+            .params
+            .get("_meta")
+            .and_then(|m| m.get("progressToken"))
+        else {
+            return;
+        };
+        let mut params = json!({"progressToken": token, "progress": progress, "total": total});
+        if !message.is_empty() {
+            params["message"] = json!(message);
+        }
+        self.notify("notifications/progress", params).await;
     }
 
     // Sends a server request on the call stream (or the GET stream) and waits for the answer.
@@ -211,14 +233,8 @@ async fn run_tool(c: &CallCtx) -> Result<Value, Value> {
         )),
         "progress" => {
             let steps = c.arg("steps").and_then(Value::as_u64).unwrap_or(3);
-            if let Some(token) = c.params.get("_meta").and_then(|m| m.get("progressToken")) {
-                for i in 1..=steps {
-                    c.notify(
-                        "notifications/progress",
-                        json!({"progressToken":token,"progress":i,"total":steps}),
-                    )
-                    .await;
-                }
+            for i in 1..=steps {
+                c.progress(i, steps, "").await;
             }
             Ok(text(format!("done after {steps} steps")))
         }
@@ -237,14 +253,12 @@ async fn run_tool(c: &CallCtx) -> Result<Value, Value> {
         }
         "provision" => {
             let vm = c.arg("vm").and_then(Value::as_str).unwrap_or("vm-1");
-            let step = |n: u64, message: &str| json!({"progressToken": "provision", "progress": n, "total": 3, "message": message});
-            c.notify("notifications/progress", step(1, "reserving capacity"))
-                .await;
+            c.progress(1, 3, "reserving capacity").await;
             tokio::time::sleep(Duration::from_millis(200)).await;
             let who = c
                 .elicit_name(&format!("Approve provisioning {vm}? Sign with your name"))
                 .await?;
-            c.notify("notifications/progress", step(2, "booting")).await;
+            c.progress(2, 3, "booting").await;
             tokio::time::sleep(Duration::from_millis(200)).await;
             Ok(text(format!("{vm} is up (approved by {who})")))
         }
@@ -269,10 +283,34 @@ async fn prompt(c: &CallCtx) -> Result<Value, Value> {
     }
 }
 
+// `logging/setLevel`: a level of RFC 5424's names is taken (the demo logs nothing of its own
+// yet, so it needs no keeping); another is -32602.
+fn set_level(params: &Value) -> Result<Value, Value> {
+    const LEVELS: [&str; 8] = [
+        "debug",
+        "info",
+        "notice",
+        "warning",
+        "error",
+        "critical",
+        "alert",
+        "emergency",
+    ];
+    match params.get("level").and_then(Value::as_str) {
+        Some(level) if LEVELS.contains(&level) => Ok(json!({})),
+        _ => Err(
+            json!({"code": -32602, "message": "level must be one of debug, info, notice, warning, error, critical, alert, emergency"}),
+        ),
+    }
+}
+
 async fn read(c: &CallCtx) -> Result<Value, Value> {
     match c.params.get("uri").and_then(Value::as_str) {
         Some("demo://motd") => Ok(
             json!({"contents":[{"uri":"demo://motd","mimeType":"text/plain","text":"Have a nice day"}]}),
+        ),
+        Some(uri) if uri.starts_with("demo://echo/") => Ok(
+            json!({"contents":[{"uri":uri,"mimeType":"text/plain","text":&uri["demo://echo/".len()..]}]}),
         ),
         Some("demo://secret") => {
             let name = c.elicit_name("Who is asking?").await?;

@@ -3,7 +3,8 @@
 //! server requests on the call's stream (and `roots/list` on the GET stream, like Python mcp 1.x).
 //! This file is its HTTP side (sessions, POST, GET stream, DELETE); what a session answers and
 //! asks is `session`. Tools: `echo`, `progress`, `ask_name` (elicits), `summarize` (samples), `list_roots`,
-//! `everything` (elicit + sample + roots at once), `twice` (two elicitations in sequence).
+//! `everything` (elicit + sample + roots at once), `twice` (two elicitations in sequence),
+//! `provision` (slow; asks for approval half way).
 
 use std::collections::HashMap;
 use std::convert::Infallible;

@@ -17,6 +17,7 @@ mod bridge;
 mod changes;
 mod cluster;
 mod config_docs;
+mod demo;
 // Reads CPU time from /proc.
 #[cfg(target_os = "linux")]
 #[cfg(target_os = "linux")]

@@ -116,6 +116,25 @@ fn demo_once_walks_through_and_exits_zero() {
     );
 }
 
+/// A child process killed if the test fails before it ends it.
+pub(crate) struct Running(pub(crate) Option<std::process::Child>);
+
+impl Running {
+    /// The child, for the test to end it itself.
+    pub(crate) fn take(mut self) -> std::process::Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// The binary's stderr, line by line, collected by a thread.
 pub(crate) struct Stderr(std::sync::mpsc::Receiver<String>);
 
