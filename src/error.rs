@@ -93,6 +93,35 @@ fn upstream_kind(e: &UpstreamError) -> UpstreamFailure {
     }
 }
 
+// The capabilities a `requiredCapabilities` object names, as a person reads them:
+// `{"elicitation":{"form":{}}}` is "elicitation.form", an extension is "the extension <id>",
+// several are joined by "and".
+fn capability_names(required: &Value) -> String {
+    fn leaves(path: &str, v: &Value, out: &mut Vec<String>) {
+        let Some(members) = v.as_object().filter(|m| !m.is_empty()) else {
+            out.push(path.to_owned());
+            return;
+        };
+        for (k, v) in members {
+            if path == "extensions" {
+                out.push(format!("the extension {k}"));
+            } else if path.is_empty() {
+                leaves(k, v, out);
+            } else {
+                leaves(&format!("{path}.{k}"), v, out);
+            }
+        }
+    }
+    let mut names = Vec::new();
+    leaves("", required, &mut names);
+    names.retain(|n| !n.is_empty());
+    if names.is_empty() {
+        "a client capability".to_owned()
+    } else {
+        names.join(" and ")
+    }
+}
+
 impl Side {
     /// The side's name in logs.
     pub(crate) fn as_str(self) -> &'static str {
@@ -135,8 +164,13 @@ pub(crate) enum ProxyError {
     /// Method unknown or removed in 2026-07-28 (-32601, HTTP 404).
     #[error("method not found: {0}")]
     MethodNotFound(String),
-    /// The upstream asked for input the request did not declare (-32021).
-    #[error("the server needs a client capability this request did not declare")]
+    /// The upstream asked for input the request did not declare, or the proxy needs it (an
+    /// approval, `tasks/*`) (-32021). The message names what is missing ("needs
+    /// elicitation.form"), since clients show the message and rarely `data`.
+    #[error(
+        "needs {}; this request did not declare it in its client capabilities",
+        capability_names(required)
+    )]
     MissingCapability {
         /// `data.requiredCapabilities`.
         required: Value,
@@ -369,6 +403,7 @@ mod tests {
             required: serde_json::json!({"elicitation":{}}),
         };
         assert_eq!(e.status(), StatusCode::BAD_REQUEST);
+        assert!(e.to_string().starts_with("needs elicitation;"), "{e}");
         assert_eq!(
             e.to_error_object().data.unwrap()["requiredCapabilities"]["elicitation"],
             serde_json::json!({})
@@ -393,6 +428,30 @@ mod tests {
             ProxyError::Rpc(not_found).to_error_object().message,
             "no such tool"
         );
+    }
+
+    #[test]
+    fn a_missing_capability_is_named_in_the_message() {
+        let message = |required: serde_json::Value| {
+            ProxyError::MissingCapability { required }
+                .to_error_object()
+                .message
+        };
+        assert_eq!(
+            message(serde_json::json!({"elicitation": {"form": {}}})),
+            "needs elicitation.form; this request did not declare it in its client capabilities"
+        );
+        assert!(message(serde_json::json!({"elicitation": {"url": {}}}))
+            .starts_with("needs elicitation.url;"));
+        assert!(message(serde_json::json!({"sampling": {"tools": {}}}))
+            .starts_with("needs sampling.tools;"));
+        assert!(message(serde_json::json!({"roots": {}})).starts_with("needs roots;"));
+        assert!(
+            message(serde_json::json!({"extensions": {"io.modelcontextprotocol/tasks": {}}}))
+                .starts_with("needs the extension io.modelcontextprotocol/tasks;")
+        );
+        let both = message(serde_json::json!({"sampling": {}, "roots": {}}));
+        assert!(both.contains("roots and sampling") || both.contains("sampling and roots"));
     }
 
     #[test]

@@ -33,6 +33,17 @@ fn assert_missing_capability(ex: &mrtr_proxy::demo::client::Exchange, required: 
     let e = error_of(ex);
     assert_eq!(e["code"], -32021);
     assert_eq!(e["data"]["requiredCapabilities"], required);
+    // The message names it too ("needs elicitation.url"): clients show the message, not `data`.
+    let (name, inner) = required.as_object().unwrap().iter().next().unwrap();
+    let named = match inner.as_object().and_then(|m| m.keys().next()) {
+        Some(sub) => format!("needs {name}.{sub};"),
+        None => format!("needs {name};"),
+    };
+    let message = e["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(&named),
+        "{message} does not say {named}"
+    );
 }
 
 /// The message of elicitation `key` in an `input_required` result.
