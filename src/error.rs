@@ -158,8 +158,8 @@ pub(crate) enum ProxyError {
     /// round's shape or schema (-32602; the call stays parked).
     #[error("{0}")]
     BadRetry(String),
-    /// A requestState failed verification (-32602).
-    #[error("invalid requestState: {0}")]
+    /// A requestState failed verification (-32602); the message is the token error's own.
+    #[error(transparent)]
     State(#[from] TokenError),
     /// Method unknown or removed in 2026-07-28 (-32601, HTTP 404).
     #[error("method not found: {0}")]

@@ -185,6 +185,11 @@ async fn an_expired_token_is_rejected() {
     let msg = rejected(&c, "ask", json!({}), &state).await;
     // The token's own expiry, not merely "the call is gone".
     assert!(msg.contains("requestState has expired"), "{msg}");
+    // ... and says what happened and what to do: the call must be made again.
+    assert!(
+        msg.contains("was ended") && msg.contains("start the call again"),
+        "{msg}"
+    );
     // The TTL ended the call upstream with a cancel; the client's answers never went there.
     mock.wait_for("the cancel answer", |m| {
         m["id"] == 1 && m["result"]["action"] == "cancel"
