@@ -225,6 +225,7 @@ async fn sse_transport(
             let headers = crate::ops::telemetry::exporting().then(|| req.headers().clone());
             match read_body(&app, req.into_body()).await {
                 Ok(bytes) => {
+                    relay::name_span(&span, &bytes);
                     if let Some(headers) = &headers {
                         TraceContext::describe_legacy(&span, (headers, &bytes), "legacy response");
                     }
@@ -281,6 +282,7 @@ async fn post(
             timer.label(Era::Legacy, metrics::Method::HttpPost);
             let span = tracing::Span::current();
             TraceContext::describe_legacy(&span, (&parts.headers, &bytes), "legacy response");
+            relay::name_span(&span, &bytes);
             let gated = match gate::legacy(&app, &who, &bytes) {
                 Ok(gated) => gated,
                 Err(e) => return edge::fail(timer, &e, None),

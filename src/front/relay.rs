@@ -3,12 +3,15 @@
 //! but for its credentials: [`forward`], the one way a client's request leaves for the
 //! upstream's origin, applies the principal's credentials policy (`[auth]`) itself, so no path
 //! can relay a client's token or a subject header it wrote, nor trace-context headers that do
-//! not validate (`trace_context`).
+//! not validate (`trace_context`). [`name_span`] names a legacy request in its span, relayed or
+//! served here.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::{header, Request, Response, Uri};
 use http_body_util::BodyExt;
+use serde_json::value::RawValue;
 
 use crate::app::App;
 use crate::auth::Principal;
@@ -18,6 +21,11 @@ use crate::error::ProxyError;
 use crate::ops::metrics::{Direction, Metrics, Outcome, RequestTimer};
 use crate::protocol::strip_hop_by_hop;
 use crate::trace_context::TraceContext;
+
+/// Longest method name or id a legacy request's span records: both are the client's text.
+const MAX_NAMED_BYTES: usize = 64;
+/// Most members of a batch its span names.
+const MAX_NAMED_MEMBERS: usize = 8;
 
 /// On whose behalf a request goes upstream: what its credentials may be.
 #[derive(Debug, Clone, Copy)]
@@ -50,6 +58,50 @@ pub(super) async fn relay(
             resp.map(|b| counted(b, Arc::clone(metrics), Direction::ToClient))
         }
         Err(e) => edge::fail(timer, &e, None),
+    }
+}
+
+/// Records a legacy POST's JSON-RPC method and id in its request span (`rpc.method`,
+/// `rpc.id`), as a modern request's are: a batch's methods and ids joined by commas (the first
+/// eight, then `…`), a response's id alone. A name or id past 64 bytes is left out (the
+/// client's text in every log line of its request), and a body that is not JSON-RPC names
+/// nothing. Not read at all when the span is off.
+pub(super) fn name_span(span: &tracing::Span, body: &[u8]) {
+    #[derive(serde::Deserialize)]
+    struct Named<'a> {
+        #[serde(borrow, default)]
+        method: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        id: Option<&'a RawValue>,
+    }
+    if span.is_disabled() {
+        return;
+    }
+    let batch = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[');
+    let named: Vec<Named<'_>> = if batch {
+        serde_json::from_slice(body).unwrap_or_default()
+    } else {
+        serde_json::from_slice(body).map_or_else(|_| Vec::new(), |n| vec![n])
+    };
+    let joined = |part: &dyn Fn(&Named<'_>) -> Option<String>| {
+        let mut parts: Vec<String> = named
+            .iter()
+            .take(MAX_NAMED_MEMBERS)
+            .filter_map(part)
+            .filter(|p| p.len() <= MAX_NAMED_BYTES)
+            .collect();
+        if named.len() > MAX_NAMED_MEMBERS && !parts.is_empty() {
+            parts.push("…".to_owned());
+        }
+        parts.join(",")
+    };
+    let methods = joined(&|n| n.method.as_deref().map(str::to_owned));
+    let ids = joined(&|n| n.id.map(|id| id.get().to_owned()));
+    if !methods.is_empty() {
+        span.record("rpc.method", methods.as_str());
+    }
+    if !ids.is_empty() {
+        span.record("rpc.id", ids.as_str());
     }
 }
 

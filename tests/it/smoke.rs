@@ -97,6 +97,73 @@ fn check_config_names_the_bad_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("state.ttl"));
 }
 
+#[tokio::test]
+async fn a_relayed_legacy_request_s_access_line_names_its_method_and_id() {
+    let up = mrtr_proxy::demo::upstream::DemoUpstream::start()
+        .await
+        .unwrap();
+    let dir = std::env::temp_dir().join(format!("mrtr-access-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("access.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\n[log]\nformat = \"json\"\n[upstream]\nurl = \"{}\"\n",
+            up.url()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args(["--config", config.to_str().unwrap()])
+        .env("RUST_LOG", "info,mrtr_proxy::access=debug")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::of(&mut child);
+    let child = Running(Some(child));
+    let url = url_in(&stderr.wait_for("listening on"));
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<mrtr_proxy::body::Body>();
+    let post = |sid: Option<&str>, body: serde_json::Value| {
+        let mut b = http::Request::post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream");
+        if let Some(sid) = sid {
+            b = b.header("mcp-session-id", sid);
+        }
+        http.request(b.body(mrtr_proxy::body::full(body.to_string())).unwrap())
+    };
+    let init = serde_json::json!({"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"legacy","version":"1"}}});
+    let resp = post(None, init).await.unwrap();
+    let sid = resp.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    drop(resp);
+    let list = serde_json::json!({"jsonrpc":"2.0","id":"list-7","method":"tools/list"});
+    let resp = post(Some(&sid), list).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    drop(resp);
+    let batch = serde_json::json!([{"jsonrpc":"2.0","id":8,"method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"}]);
+    drop(post(Some(&sid), batch).await.unwrap());
+    let span_of = |needle: &str| -> serde_json::Value {
+        let line = stderr.wait_for(needle);
+        let log: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+        assert_eq!(log["target"], "mrtr_proxy::access", "{line}");
+        log["span"].clone()
+    };
+    let span = span_of(r#""rpc.method":"initialize""#);
+    assert_eq!(span["rpc.id"], "0", "{span}");
+    let span = span_of(r#""rpc.method":"tools/list""#);
+    assert_eq!(span["rpc.id"], r#""list-7""#, "{span}");
+    assert_eq!(span["outcome"], "relayed", "{span}");
+    let span = span_of(r#""rpc.method":"ping,notifications/initialized""#);
+    assert_eq!(span["rpc.id"], "8", "{span}");
+    let status = terminate(child.take()).await;
+    assert!(status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn demo_once_walks_through_and_exits_zero() {
     // Bounded by nextest's slow-timeout (.config/nextest.toml).
