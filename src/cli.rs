@@ -1,6 +1,7 @@
 //! Command line: `mrtr-proxy [--config FILE] [--listen ADDR] [--upstream URL] [--state-ttl D]
 //! [-- COMMAND ARGS…]`,
-//! `mrtr-proxy check-config FILE`, `mrtr-proxy healthcheck [--url URL]`, `mrtr-proxy demo [--once]`.
+//! `mrtr-proxy check-config FILE` (or `--config FILE`), `mrtr-proxy healthcheck [--url URL]`,
+//! `mrtr-proxy demo [--once]`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,8 +39,8 @@ pub enum Command {
     /// Validate a configuration file and the key files it names, and exit (non-zero, naming
     /// the bad key or file, if invalid).
     CheckConfig {
-        /// The file to check.
-        file: PathBuf,
+        /// The file to check (or `--config FILE`, as the proxy itself takes it).
+        file: Option<PathBuf>,
     },
     /// Probe the running proxy's `/healthz` (the container HEALTHCHECK: distroless has no curl);
     /// exit 0 when it answers 200. The address comes from `--url`, else from the config

@@ -37,6 +37,9 @@ async fn main() -> ExitCode {
         };
     }
     if let Some(Command::CheckConfig { file }) = &cli.command {
+        let Some(file) = checked_file(file.as_ref(), cli.config.as_ref()) else {
+            return ExitCode::from(EXIT_CONFIG);
+        };
         // The key files are read too: a key that cannot be used fails here, not at start-up.
         // Bounds that do not add up are said, as at start-up, without failing the check.
         let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state.keys) {
@@ -162,6 +165,29 @@ async fn serve(mut config: Config) -> ExitCode {
         let _ = tokio::task::spawn_blocking(move || exporting.shutdown()).await;
     }
     ExitCode::SUCCESS
+}
+
+// The file `check-config` checks: the positional, or `--config` as the proxy takes it (the
+// same file twice is fine); `None`, said on stderr, when neither or two different ones.
+fn checked_file<'a>(
+    positional: Option<&'a std::path::PathBuf>,
+    flag: Option<&'a std::path::PathBuf>,
+) -> Option<&'a std::path::PathBuf> {
+    match (positional, flag) {
+        (Some(a), Some(b)) if a != b => {
+            eprintln!(
+                "mrtr-proxy check-config: two files given ({} and --config {}); give one",
+                a.display(),
+                b.display()
+            );
+            None
+        }
+        (Some(file), _) | (None, Some(file)) => Some(file),
+        (None, None) => {
+            eprintln!("mrtr-proxy check-config: which file? `mrtr-proxy check-config FILE` or `--config FILE`");
+            None
+        }
+    }
 }
 
 fn load(path: Option<&std::path::PathBuf>) -> Result<Config, String> {

@@ -97,6 +97,33 @@ fn check_config_names_the_bad_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("state.ttl"));
 }
 
+#[test]
+fn check_config_takes_the_file_as_an_argument_or_as_config() {
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/config/mrtr-proxy.toml");
+    let bad = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/config/invalid/ttl.toml"
+    );
+    let run = |args: &[&str]| Command::new(BIN).args(args).output().unwrap();
+    for args in [
+        &["check-config", "--config", good][..],
+        &["--config", good, "check-config"],
+        &["check-config", good, "--config", good],
+    ] {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let out = run(&["check-config", "--config", bad]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("state.ttl"));
+    let out = run(&["check-config"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("which file?"));
+    let out = run(&["check-config", good, "--config", bad]);
+    assert_eq!(out.status.code(), Some(64), "two different files");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("give one"));
+}
+
 #[tokio::test]
 async fn a_relayed_legacy_request_s_access_line_names_its_method_and_id() {
     let up = mrtr_proxy::demo::upstream::DemoUpstream::start()
