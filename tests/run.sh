@@ -43,6 +43,10 @@ apps="$interop/apps"
 if [ ! -d "$apps/node_modules/@modelcontextprotocol/server-basic-vanillajs" ] || [ "$apps/package-lock.json" -nt "$apps/node_modules/.package-lock.json" ]; then
   (cd "$apps" && npm ci --no-audit --no-fund --loglevel=error)
 fi
+# The MCP Inspector's CLI (tests/interop/test_inspector.py), in a directory of its own.
+if [ ! -d "$interop/inspector/node_modules/@modelcontextprotocol/inspector" ] || [ "$interop/inspector/package-lock.json" -nt "$interop/inspector/node_modules/.package-lock.json" ]; then
+  (cd "$interop/inspector" && npm ci --no-audit --no-fund --loglevel=error)
+fi
 
 # nginx is the round-robin balancer of the cluster tests (tests/interop/test_cluster.py).
 if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then
