@@ -1,25 +1,54 @@
 #!/usr/bin/env bash
 # The one test command: unit + in-process integration tests (cargo nextest), then the real-peer
-# interop tests. Installs what the interop tests need (pinned, cached under tests/interop/).
+# interop tests (in parallel), then the deployment checks. Installs what the interop tests need
+# (pinned, cached under tests/interop/ and tests/deploy/). Says what runs and how long each part
+# took. MRTR_INTEROP_WORKERS sets the interop suite's workers (0: one process, no xdist).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 interop=tests/interop
 
-echo "== installing real peers (pinned; cached when present)"
+# Each part is announced, and timed until the next one starts; the times are summed up at the
+# end, also when a part fails.
+part_name=""
+part_start=$SECONDS
+summary=()
+part() {
+  if [ -n "$part_name" ]; then
+    local took=$((SECONDS - part_start))
+    echo "   ($part_name: ${took}s)"
+    summary+=("$(printf '   %-44s %5ds' "$part_name" "$took")")
+  fi
+  part_name=$1
+  part_start=$SECONDS
+  if [ -n "$part_name" ]; then echo "== $part_name"; fi
+}
+report() {
+  local status=$?
+  part ""
+  echo "== times"
+  printf '%s\n' "${summary[@]}"
+  printf '   %-44s %5ds\n' "total" "$SECONDS"
+  if [ "$status" -ne 0 ]; then echo "== FAILED (exit $status)"; fi
+}
+trap report EXIT
+
+part "installing real peers (pinned; cached when present)"
 if ! "$interop/.venv/mcp1/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 1.30.0$'; then
   python3 -m venv "$interop/.venv/mcp1"
   "$interop/.venv/mcp1/bin/pip" install -q 'mcp==1.30.0'
 fi
 if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$' \
    || ! "$interop/.venv/mcp2/bin/pip" show pytest >/dev/null 2>&1 \
+   || ! "$interop/.venv/mcp2/bin/pip" show pytest-xdist 2>/dev/null | grep -q '^Version: 3.8.0$' \
    || ! "$interop/.venv/mcp2/bin/pip" show cryptography 2>/dev/null | grep -q '^Version: 50.0.2$' \
    || ! "$interop/.venv/mcp2/bin/pip" show opentelemetry-proto 2>/dev/null | grep -q '^Version: 1.45.2$'; then
   python3 -m venv "$interop/.venv/mcp2"
   # cryptography makes the ES256 / EdDSA key files of test_keys.py; opentelemetry-proto decodes
-  # OTLP/HTTP protobuf in the test trace receiver (tests/interop/otlp_receiver.py).
-  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'cryptography==50.0.2' \
-    'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
+  # OTLP/HTTP protobuf in the test trace receiver (tests/interop/otlp_receiver.py); pytest-xdist
+  # runs the suite in parallel.
+  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'pytest-xdist==3.8.0' \
+    'cryptography==50.0.2' 'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
 fi
 # FastMCP's tasks client (tests/interop/clients/py_tasks_client.py): a second ecosystem's client
 # of the tasks extension; it pins fastmcp-slim 4.1.4 itself.
@@ -73,17 +102,29 @@ fi
 
 # The test runner itself, pinned, on a machine that has cargo but not cargo-nextest.
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "== installing cargo-nextest 0.9.143 (pinned; a few minutes, once)"
+  echo "   installing cargo-nextest 0.9.143 (pinned; a few minutes, once)"
   cargo install --locked cargo-nextest@0.9.143
 fi
 
-echo "== cargo nextest (unit + in-process integration)"
+# One build of everything the tests run: the test binaries and target/debug/mrtr-proxy, which
+# the in-process smoke tests and the interop suite both use.
+part "build (binary and test binaries, once)"
+cargo nextest run --locked --no-run
 cargo build --locked --bins
+
+part "cargo nextest (unit + in-process integration)"
 cargo nextest run --locked --no-fail-fast
 cargo test --locked --doc
 
-echo "== interop: official SDK peers through the proxy"
-MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider "$interop"
+# The interop tests spend much of their time waiting on the peers they start: two workers per
+# core. The tests that share a module-scoped stack go to one worker together (conftest.py marks
+# them), so each stack still starts once.
+workers=${MRTR_INTEROP_WORKERS:-$(( $(nproc) * 2 ))}
+part "interop: official SDK peers through the proxy ($workers workers)"
+parallel=()
+if [ "$workers" -gt 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
+MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider \
+  "${parallel[@]}" "$interop"
 
-echo "== deployment: Kubernetes manifests (strict schema validation) and their config; monitoring rules and dashboard"
+part "deployment: Kubernetes manifests and their config; monitoring rules and dashboard"
 MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy

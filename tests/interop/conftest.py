@@ -171,6 +171,29 @@ UPSTREAMS = {
 TRANSPORTS = ["py", "ts", "py-sse", "ts-sse", "py-stdio", "ts-stdio"]
 
 
+# Fixture scopes wider than one test: what such a fixture starts serves every test that shares
+# its instance.
+SHARED_SCOPES = ("class", "module", "package", "session")
+
+
+def pytest_collection_modifyitems(config, items):
+    """For pytest-xdist's `--dist loadgroup` (tests/run.sh): the tests that share an instance of a
+    module-scoped fixture (a stack started once per module and parameter) form one group, which
+    runs whole on one worker, so the stack still starts once; groups and the other tests spread
+    over the workers. Without xdist the marks change nothing."""
+    for item in items:
+        shared = sorted(
+            name for name, defs in item._fixtureinfo.name2fixturedefs.items()
+            if defs and defs[-1].scope in SHARED_SCOPES
+        )
+        if not shared:
+            continue
+        params = getattr(item, "callspec", None)
+        params = params.params if params is not None else {}
+        key = [item.module.__name__, *(f"{n}={params[n]}" for n in shared if n in params)]
+        item.add_marker(pytest.mark.xdist_group(name="|".join(key)))
+
+
 @pytest.fixture(scope="module")
 def stack(request):
     """(upstream kind) → a running legacy upstream with a proxy in front of it."""

@@ -43,6 +43,11 @@ def test_abandoning_a_call_on_a_stdio_child_cancels_its_tool():
     proxy = Proxy(command, log="info")
     try:
         tag = next(_tags)
+        # The call must reach its tool before the client gives up (after 2 s), and on a busy
+        # machine a Python child takes longer than that to start: a first call starts the child
+        # that the next one, of the same principal and capabilities, finds warm in the pool.
+        warm = PyClient(proxy.url).run(lambda c: c.call_tool("echo", {"text": "warm"}))
+        assert text_of(warm) == "warm"
         assert abandon_wait_forever(proxy.url, tag) == "gave up"
         proxy.proc.wait_for(rf"upstream: CANCELLED {tag}\b", timeout=20)
     finally:
