@@ -111,6 +111,7 @@ fi
 part "build (binary and test binaries, once)"
 cargo nextest run --locked --no-run
 cargo build --locked --bins
+bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/mrtr-proxy"
 
 part "cargo nextest (unit + in-process integration)"
 cargo nextest run --locked --no-fail-fast
@@ -123,8 +124,8 @@ workers=${MRTR_INTEROP_WORKERS:-$(( $(nproc) * 2 ))}
 part "interop: official SDK peers through the proxy ($workers workers)"
 parallel=()
 if [ "$workers" -gt 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
-MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider \
+MRTR_PROXY_BIN="$bin" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cacheprovider \
   "${parallel[@]}" "$interop"
 
 part "deployment: Kubernetes manifests and their config; monitoring rules and dashboard"
-MRTR_PROXY_BIN="$PWD/target/debug/mrtr-proxy" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy
+MRTR_PROXY_BIN="$bin" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy
