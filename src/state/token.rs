@@ -74,11 +74,8 @@ pub(crate) enum TokenError {
     /// Not a token of this key set: bad format, bad signature, wrong algorithm.
     #[error("requestState is invalid")]
     Invalid,
-    /// Past its `exp`: the call it would resume was ended at `state.ttl` (the message says
-    /// so, and what the client does next).
-    #[error(
-        "requestState has expired: the call waited for these answers longer than the server keeps a call (state.ttl) and was ended; start the call again, without requestState"
-    )]
+    /// Past its `exp`: its call was ended at `state.ttl`; the message says so, and what to do.
+    #[error("requestState has expired: the call waited for these answers longer than the server keeps a call (state.ttl) and was ended; start the call again, without requestState")]
     Expired,
     /// Signed for another principal.
     #[error("requestState belongs to another principal")]
