@@ -67,14 +67,22 @@ pub async fn run(
     say(&format!(
         "legacy demo server (2025-11-25) {described}\nmrtr-proxy (2026-07-28 front) at {url}\n"
     ));
-    let outcome = walkthrough(&url).await;
+    // Polled first, the shutdown future installs its signal handlers before anything is said: a
+    // signal that comes as soon as the demo says where it serves ends it cleanly, and Ctrl-C
+    // during the walkthrough ends that too.
+    let mut shutdown = std::pin::pin!(shutdown);
+    let outcome = tokio::select! {
+        biased;
+        () = &mut shutdown => Err("interrupted".to_owned()),
+        outcome = walkthrough(&url) => outcome,
+    };
     match &outcome {
         Ok(()) => say("walkthrough complete: every step passed\n"),
         Err(e) => say(&format!("walkthrough FAILED: {e}\n")),
     }
     if !once && outcome.is_ok() {
         say(&how_to_connect(&url, &sse_url));
-        shutdown.await;
+        shutdown.as_mut().await;
     }
     let _ = stop_tx.send(());
     let _ = server.await;
