@@ -17,7 +17,7 @@ part() {
   if [ -n "$part_name" ]; then
     local took=$((SECONDS - part_start))
     echo "   ($part_name: ${took}s)"
-    summary+=("$(printf '   %-44s %5ds' "$part_name" "$took")")
+    summary+=("$(printf '   %5ds  %s' "$took" "$part_name")")
   fi
   part_name=$1
   part_start=$SECONDS
@@ -28,7 +28,7 @@ report() {
   part ""
   echo "== times"
   printf '%s\n' "${summary[@]}"
-  printf '   %-44s %5ds\n' "total" "$SECONDS"
+  printf '   %5ds  %s\n' "$SECONDS" "total"
   if [ "$status" -ne 0 ]; then echo "== FAILED (exit $status)"; fi
 }
 trap report EXIT
