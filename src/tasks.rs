@@ -14,6 +14,7 @@
 //!   cancellations checked here, then posted to the holder's mailbox ([`Control`]) — never
 //!   written by the front.
 
+mod addresses;
 mod adopt;
 mod faults;
 mod guard;
@@ -32,6 +33,7 @@ use serde_json::{Map, Value};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
+pub(crate) use addresses::Addresses;
 pub(crate) use adopt::Rerun;
 use adopt::{Adopting, NOT_REPLAY_SAFE, NO_ROOM};
 pub(crate) use guard::TaskGuard;
@@ -66,6 +68,8 @@ const TAKEN_WITHIN: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub(crate) struct Tasks {
     store: Arc<dyn TaskStore>,
+    /// Where the replicas sharing the store are reached (a store in memory has none).
+    addresses: Option<Addresses>,
     /// The store answered when last asked (a store in memory always does).
     store_up: AtomicBool,
     local: Arc<Local>,
@@ -97,14 +101,16 @@ impl Tasks {
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, String> {
         let owner = tokens.issuer().to_owned();
-        let store: Arc<dyn TaskStore> = match &config.store {
-            config::Store::Memory => Arc::new(MemoryStore::new()),
+        let (store, addresses): (Arc<dyn TaskStore>, _) = match &config.store {
+            config::Store::Memory => (Arc::new(MemoryStore::new()), None),
             config::Store::Redis(settings) => {
                 let password = (settings.password.as_ref())
                     .map(crate::auth::read_secret)
                     .transpose()
                     .map_err(|e| e.to_string())?;
-                RedisStore::new(settings, password, (tokens, Arc::clone(&metrics)))?
+                let redis = RedisStore::new(settings, password, (tokens, Arc::clone(&metrics)))?;
+                let addresses = Addresses::new(Arc::clone(&redis), owner.clone());
+                (redis, Some(addresses))
             }
         };
         let in_memory = matches!(config.store, config::Store::Memory);
@@ -112,6 +118,7 @@ impl Tasks {
         Ok(Arc::new(Self {
             store_up: AtomicBool::new(in_memory),
             store,
+            addresses,
             local: Arc::new(Local::new(
                 config.bounds(),
                 (!in_memory).then(|| owner.clone()),
@@ -135,6 +142,11 @@ impl Tasks {
         }
         self.metrics.tasks.store_up(up);
         up
+    }
+
+    /// Where the replicas sharing the task store are reached (`None`: a store in memory).
+    pub(crate) fn addresses(&self) -> Option<&Addresses> {
+        self.addresses.as_ref()
     }
 
     /// Whether the task store answered when last asked (always, for one in memory).
@@ -269,11 +281,19 @@ impl Tasks {
     // again here, and any other ends failed: its call died with its holder. Only on a request
     // of the task's own principal. One log line per adoption.
     async fn adopt(&self, id: &str, by: Adopting<'_>, ours: bool) -> Result<Route, ProxyError> {
+        // Another request here is adopting it: served from the store meanwhile.
+        let Some(_adopting) = self.local.adopting(id) else {
+            return Ok(Route::Here);
+        };
         let record = self.store.get(id).await?;
         let Some(record) = record.filter(|r| r.visible_to(by.principal, now_ms())) else {
             // Unknown, expired, or another principal's: answered here as unknown.
             return Ok(Route::Here);
         };
+        if ours && record.status.is_terminal() {
+            // Finished, and its lease already this instance's: adopted before, nothing to do.
+            return Ok(Route::Here);
+        }
         if !self.take_lease(id, ours).await? {
             // Another instance adopted it just now.
             return Ok(match self.store.holder(id).await? {

@@ -51,6 +51,22 @@ pub(crate) struct Local {
     /// With a shared store, this instance's id: each task's record is copied here too, and
     /// written back under it to a store that lost it.
     copies_for: Option<String>,
+    /// Tasks a request is adopting here now (see [`Local::adopting`]).
+    adopting: DashMap<String, ()>,
+}
+
+/// A task being adopted here: others of its requests wait for nothing and adopt nothing while
+/// this lives (dropped once the adopted task is held here, or the adoption ended otherwise).
+#[derive(Debug)]
+pub(crate) struct AdoptingHere<'a> {
+    local: &'a Local,
+    id: String,
+}
+
+impl Drop for AdoptingHere<'_> {
+    fn drop(&mut self) {
+        self.local.adopting.remove(&self.id);
+    }
 }
 
 #[derive(Debug)]
@@ -77,6 +93,23 @@ impl Local {
             quota: Quota::new(bounds, "tasks"),
             held: DashMap::new(),
             copies_for,
+            adopting: DashMap::new(),
+        }
+    }
+
+    /// Marks task `id` as being adopted by this request, unless another request here is already
+    /// adopting it (`None`): of several requests on this instance, one adopts, whatever the
+    /// store's lease says meanwhile (it names this instance for all of them).
+    pub(crate) fn adopting(&self, id: &str) -> Option<AdoptingHere<'_>> {
+        match self.adopting.entry(id.to_owned()) {
+            dashmap::mapref::entry::Entry::Occupied(_) => None,
+            dashmap::mapref::entry::Entry::Vacant(v) => {
+                v.insert(());
+                Some(AdoptingHere {
+                    local: self,
+                    id: id.to_owned(),
+                })
+            }
         }
     }
 

@@ -470,6 +470,30 @@ async fn an_answer_that_comes_as_the_task_is_adopted_is_delivered_not_asked_agai
         store, m2, b, id, ..
     } = lost_at_the_second_question().await;
     // The lease lapses; the person's answer to the open question is what adopts the task.
+    until_lease_lapsed(&store, &id).await;
+    let on_b = b.client(task_caps());
+    let bob = json!({"action": "accept", "content": {"name": "Bob"}});
+    update(&on_b, &id, json!({ "elicitation-2": bob })).await;
+    let done = until_status(&on_b, &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
+    let delivered: Vec<Value> = m2
+        .answers_to(8)
+        .into_iter()
+        .map(|m| m["result"].clone())
+        .collect();
+    assert_eq!(
+        delivered,
+        vec![bob],
+        "the acknowledged answer reached the re-run"
+    );
+    assert_eq!(
+        metric(&b, r#"mrtr_tasks_adopted_total{outcome="replayed"}"#).await,
+        1.0
+    );
+}
+
+/// Once task `id`'s lease is gone from `store`.
+async fn until_lease_lapsed(store: &RedisServer, id: &str) {
     let mut conn = store.connection().await.unwrap();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
@@ -487,21 +511,36 @@ async fn an_answer_that_comes_as_the_task_is_adopted_is_delivered_not_asked_agai
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn requests_racing_on_one_replica_adopt_the_task_once_and_run_it_again_once() {
+    let TwoQuestions {
+        store, m2, b, id, ..
+    } = lost_at_the_second_question().await;
+    until_lease_lapsed(&store, &id).await;
+    // Reads all on B, each on a connection of its own, spread over the time an adoption takes:
+    // each finds no holder, or B's own lease before B holds the task; one of them adopts it.
+    let clients: Vec<_> = (0..32).map(|_| b.client(task_caps())).collect();
+    let reads = clients.iter().zip(0u64..).map(|(c, i)| {
+        let id = id.as_str();
+        async move {
+            tokio::time::sleep(Duration::from_micros(250 * i)).await;
+            on_task(c, "get", id, json!({})).await
+        }
+    });
+    for ex in futures_util::future::join_all(reads).await {
+        assert_eq!(ex.status, 200, "{:?}", ex.last);
+    }
     let on_b = b.client(task_caps());
-    let bob = json!({"action": "accept", "content": {"name": "Bob"}});
-    update(&on_b, &id, json!({ "elicitation-2": bob })).await;
-    let done = until_status(&on_b, &id, "completed").await;
-    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
-    let delivered: Vec<Value> = m2
-        .answers_to(8)
-        .into_iter()
-        .map(|m| m["result"].clone())
-        .collect();
-    assert_eq!(
-        delivered,
-        vec![bob],
-        "the acknowledged answer reached the re-run"
-    );
+    until(&on_b, &id, |r| {
+        r["inputRequests"]["elicitation-3"].is_object()
+    })
+    .await;
+    for _ in 0..3 {
+        on_task(&on_b, "get", &id, json!({})).await;
+    }
+    assert_eq!(m2.calls_of("slow"), 1, "the call ran again once");
     assert_eq!(
         metric(&b, r#"mrtr_tasks_adopted_total{outcome="replayed"}"#).await,
         1.0
