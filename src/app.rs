@@ -140,6 +140,34 @@ pub enum StartError {
 }
 
 impl App {
+    /// The MCP URL instance `id` announced in a shared task store, if any (see
+    /// [`Peers::forward`]).
+    pub(crate) async fn announced(&self, id: &str) -> Option<http::Uri> {
+        self.calls.tasks.addresses()?.of(id).await
+    }
+
+    /// What [`App::new`] reads and checks before it starts anything, for `check-config`: the
+    /// state key set (and that a shared task store has one), the `[auth]` key set and client
+    /// secret, the task store's password. Nothing is started, nothing is fetched.
+    ///
+    /// # Errors
+    /// [`StartError`], as `App::new` would fail.
+    pub fn check(config: &Config) -> Result<(), StartError> {
+        signing_keys(config)?;
+        Authenticator::new(
+            &config.auth,
+            config.upstream.principal_header.clone(),
+            Arc::default(),
+        )?;
+        if let crate::config::Store::Redis(store) = &config.tasks.store {
+            if let Some(source) = &store.password {
+                crate::auth::read_secret(source)
+                    .map_err(|e| StartError::TaskStore(e.to_string()))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Builds the state from a config: reads the key files, or generates a signing key when
     /// none is configured.
     ///

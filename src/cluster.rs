@@ -101,24 +101,27 @@ impl Peers {
     }
 
     /// Sends a retry or a `tasks/*` request (`kind`) to `owner`, the instance whose token or
-    /// task it names: at most one hop, and only to a peer of the configured set. The outcome is
-    /// counted and logged here.
+    /// task it names: at most one hop, and only to a peer of the configured set or, when none
+    /// of them is `owner`, to the URL `owner` `announced` in a shared task store (sealed under
+    /// the shared key; looked up only then), once it answers there as `owner`. The outcome is counted and logged here.
     ///
     /// # Errors
     /// Why the owner cannot be reached ([`lost_because`] says it in words), for the caller to
     /// answer as a lost call or a lost task.
     pub(crate) async fn forward(
         &self,
-        owner: &str,
+        (owner, announced): (&str, impl std::future::Future<Output = Option<Uri>>),
         inbound: Inbound<'_>,
         kind: ForwardKind,
     ) -> Result<Response<Body>, Forward> {
         let outcome = if inbound.forwarded {
             Err(Forward::Loop)
-        } else if !self.config.is_enabled() {
-            Err(Forward::UnknownOwner)
         } else {
-            match self.find(owner).await {
+            let found = match self.find(owner).await {
+                None => self.confirm(owner, announced).await,
+                url => url,
+            };
+            match found {
                 None => Err(Forward::UnknownOwner),
                 Some(url) => self.send((owner, url), inbound).await,
             }
@@ -138,9 +141,28 @@ impl Peers {
         outcome
     }
 
+    // The URL `owner` announced in a shared task store, once it answers there as `owner`
+    // (then remembered as a peer's would be).
+    async fn confirm(
+        &self,
+        owner: &str,
+        announced: impl std::future::Future<Output = Option<Uri>>,
+    ) -> Option<Uri> {
+        let url = announced.await?;
+        if self.ask(&url).await.as_deref() != Some(owner) {
+            return None;
+        }
+        let mut known = self.known.lock().ok()?;
+        known.by_id.insert(owner.to_owned(), url.clone());
+        Some(url)
+    }
+
     // The URL of the peer whose instance id is `owner`; the set is asked again when the id is
     // not known and the last asking is older than `cluster.refresh_interval`.
     async fn find(&self, owner: &str) -> Option<Uri> {
+        if !self.config.is_enabled() {
+            return None;
+        }
         let stale = {
             let known = self.known.lock().ok()?;
             if let Some(url) = known.by_id.get(owner) {
@@ -331,6 +353,7 @@ mod tests {
             peers_dns: None,
             refresh_interval: Duration::from_secs(10),
             forward_timeout: Duration::from_millis(200),
+            advertise: None,
         };
         peers_with(none, id, secret)
     }
@@ -373,6 +396,7 @@ mod tests {
             peers_dns: Some(("localhost".into(), 7)),
             refresh_interval: Duration::from_secs(10),
             forward_timeout: Duration::from_millis(200),
+            advertise: None,
         };
         let peers = peers_with(cfg, "a", KEY);
         let urls: Vec<String> = peers.urls().await.iter().map(ToString::to_string).collect();
@@ -400,6 +424,7 @@ mod tests {
             peers_dns: None,
             refresh_interval: Duration::from_secs(3600),
             forward_timeout: Duration::from_millis(500),
+            advertise: None,
         };
         let peers = peers_with(cfg, "a", KEY);
         assert_eq!(peers.find("b").await, None);

@@ -9,7 +9,6 @@ use mrtr_proxy::config::{self, Config};
 use mrtr_proxy::demo;
 use mrtr_proxy::ops::{healthcheck, shutdown, telemetry};
 use mrtr_proxy::server::{self, Listeners};
-use mrtr_proxy::state::keys;
 
 // Config errors exit with EX_USAGE so supervisors can tell them from crashes.
 const EXIT_CONFIG: u8 = 64;
@@ -40,10 +39,11 @@ async fn main() -> ExitCode {
         let Some(file) = checked_file(file.as_ref(), cli.config.as_ref()) else {
             return ExitCode::from(EXIT_CONFIG);
         };
-        // The key files are read too: a key that cannot be used fails here, not at start-up.
-        // Bounds that do not add up are said, as at start-up, without failing the check.
-        let verdict = load(Some(file)).and_then(|c| match keys::load(&c.state.keys) {
-            Ok(_) => Ok(c.sizing_warnings(u64::MAX)),
+        // What start-up reads is read too (key files, secrets, the task store's password): what
+        // cannot be used fails here, not at start-up. Bounds that do not add up are said, as at
+        // start-up, without failing the check.
+        let verdict = load(Some(file)).and_then(|c| match App::check(&c) {
+            Ok(()) => Ok(c.sizing_warnings(u64::MAX)),
             Err(e) => Err(e.to_string()),
         });
         let verdict = verdict.map(|warnings| {
@@ -228,6 +228,14 @@ fn apply_flags(mut c: Config, cli: &Cli) -> Result<Config, String> {
         c.state.ttl = config::parse_duration(t).map_err(|e| format!("--state-ttl: {e}"))?;
     }
     c.telemetry = otel_env(c.telemetry)?;
+    // Each replica's own address (a pod's IP), which one shared file cannot hold.
+    if let Some(a) = std::env::var("MRTR_CLUSTER_ADVERTISE")
+        .ok()
+        .filter(|v| !v.is_empty())
+    {
+        c.cluster.advertise =
+            Some(config::parse_upstream(&a).map_err(|e| format!("MRTR_CLUSTER_ADVERTISE: {e}"))?);
+    }
     Ok(c)
 }
 

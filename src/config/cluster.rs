@@ -22,6 +22,8 @@ pub struct RawCluster {
     pub refresh_interval: Option<String>,
     /// `forward_timeout`
     pub forward_timeout: Option<String>,
+    /// `advertise`
+    pub advertise: Option<String>,
 }
 
 /// `[cluster]`, validated: where the peers are and how long to wait for them.
@@ -36,6 +38,9 @@ pub struct Cluster {
     pub refresh_interval: Duration,
     /// How long a forward may take to connect and get response headers from the owner.
     pub forward_timeout: Duration,
+    /// This instance's MCP endpoint as the other replicas reach it, announced in a shared
+    /// task store (`None`: the listen address, when it names one host).
+    pub advertise: Option<Uri>,
 }
 
 impl Cluster {
@@ -60,9 +65,15 @@ impl Cluster {
                 Some((host.to_owned(), port))
             }
         };
+        let advertise = c
+            .advertise
+            .as_deref()
+            .map(|a| parse_upstream(a).map_err(|_| invalid("cluster.advertise", "not an http URL")))
+            .transpose()?;
         Ok(Self {
             peers,
             peers_dns,
+            advertise,
             refresh_interval: nonzero_duration(
                 "cluster.refresh_interval",
                 c.refresh_interval.as_deref(),

@@ -108,7 +108,14 @@ async fn route(
         .route(req.target(), (read, answers.as_ref()), &who.digest);
     match routed.await? {
         Route::Here => Ok(None),
-        Route::Holder(holder) => match app.peers.forward(&holder, inbound, ForwardKind::Task).await
+        Route::Holder(holder) => match app
+            .peers
+            .forward(
+                (&holder, app.announced(&holder)),
+                inbound,
+                ForwardKind::Task,
+            )
+            .await
         {
             Ok(resp) => Ok(Some(Served::ByOwner(resp))),
             // In a shared store the task outlives its holder: once the holder's lease lapses,

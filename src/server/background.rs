@@ -18,7 +18,7 @@ pub(super) async fn run(app: Arc<App>) {
 }
 
 // With a shared task store: whether it answers, and this instance's leases on the tasks it
-// runs renewed, every third of `tasks.lease`.
+// runs and its address renewed, every third of `tasks.lease`.
 async fn task_leases(app: Arc<App>) {
     let Some(period) = app.calls.tasks.lease_period() else {
         return;
@@ -28,6 +28,9 @@ async fn task_leases(app: Arc<App>) {
         renew.tick().await;
         if app.calls.tasks.check_store().await {
             app.calls.tasks.renew_leases().await;
+            if let Some(addresses) = app.calls.tasks.addresses() {
+                addresses.announce().await;
+            }
         }
     }
 }

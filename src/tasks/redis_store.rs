@@ -158,12 +158,28 @@ impl RedisStore {
         Ok(store)
     }
 
-    fn key(&self, what: &str) -> String {
+    /// The store's key for `what`, under `tasks.store_prefix`.
+    pub(super) fn key(&self, what: &str) -> String {
         format!("{}{what}", self.prefix)
     }
 
-    // One round trip, bounded by `store_timeout`, timed and counted as `what`.
-    async fn run<T>(
+    /// A handle on the store's one connection.
+    pub(super) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// The key set that seals what the store keeps.
+    pub(super) fn tokens(&self) -> &TokenCodec {
+        &self.tokens
+    }
+
+    /// How long a lease lasts unrenewed.
+    pub(super) fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// One round trip, bounded by `store_timeout`, timed and counted as `what`.
+    pub(super) async fn run<T>(
         &self,
         what: StoreOp,
         op: impl std::future::Future<Output = redis::RedisResult<T>>,
@@ -443,6 +459,6 @@ fn unsealed(e: &serde_json::Error) -> StoreError {
     StoreError::Unavailable(format!("a record that does not read: {e}"))
 }
 
-fn millis(d: Duration) -> u64 {
+pub(super) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -40,6 +40,7 @@ mod sse_upstream;
 mod stdio;
 mod support;
 mod tasks;
+mod tasks_addresses;
 mod tasks_cluster;
 mod tasks_lifecycle;
 mod tasks_store;

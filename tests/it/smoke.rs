@@ -391,3 +391,50 @@ fn the_signing_key_comes_from_a_file_or_the_environment_and_is_checked() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn check_config_refuses_a_shared_task_store_without_a_shared_key_or_a_readable_password() {
+    let dir = std::env::temp_dir().join(format!("mrtr-store-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("c.toml");
+    let run = |config_text: &str| {
+        std::fs::write(&config, config_text).unwrap();
+        let out = Command::new(BIN)
+            .args(["check-config", config.to_str().unwrap()])
+            .env_remove("MRTR_STATE_SECRET")
+            .env_remove("MRTR_TEST_STORE_PASSWORD")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let key = "[state]\nsecret = \"0123456789abcdef0123456789abcdef\"\n";
+    let store = "[tasks]\nstore = \"redis://127.0.0.1:1/0\"\n";
+    // Records are sealed under the state key: a generated one would make them unreadable to
+    // every other replica.
+    let (code, err) = run(store);
+    assert_eq!(code, Some(64), "{err}");
+    assert!(
+        err.contains("tasks.store") && err.contains("[state]"),
+        "{err}"
+    );
+    // Nothing is connected to: an unreachable store is a start-up matter, not a config error.
+    let (code, err) = run(&format!("{key}{store}"));
+    assert_eq!(code, Some(0), "{err}");
+    // The password is read as start-up reads it.
+    let missing = dir.join("no-such-password");
+    let (code, err) = run(&format!(
+        "{key}{store}store_password_file = \"{}\"\n",
+        missing.display()
+    ));
+    assert_eq!(code, Some(64), "{err}");
+    assert!(err.contains("tasks.store"), "{err}");
+    let (code, err) = run(&format!(
+        "{key}{store}store_password_env = \"MRTR_TEST_STORE_PASSWORD\"\n"
+    ));
+    assert_eq!(code, Some(64), "an unset variable: {err}");
+    assert!(err.contains("MRTR_TEST_STORE_PASSWORD"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
