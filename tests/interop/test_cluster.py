@@ -75,12 +75,13 @@ def start_balancer(tmp_path, ports):
 class Cluster:
     """Three replicas sharing a key, each with its own Python legacy upstream (started with
     `upstream_flags`), behind nginx round-robin; `extra_toml` joins the replicas' config. With
-    `named`, replica i has the fixed instance id `replica-<i>` (random otherwise)."""
+    `named`, replica i has the fixed instance id `replica-<i>` (random otherwise); without
+    `listed`, no replica lists the others in `[cluster] peers`."""
 
-    def __init__(self, tmp_path, extra_toml="", upstream_flags=(), named=False):
+    def __init__(self, tmp_path, extra_toml="", upstream_flags=(), named=False, listed=True):
         self.upstreams, self.proxies, self.configs, self.upstream_urls = [], [], [], []
         ports = [free_port() for _ in range(REPLICAS)]
-        peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports)
+        peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports) if listed else ""
         for i, port in enumerate(ports):
             config = tmp_path / (f"replica-{i}.toml" if named else "proxy.toml")
             config.write_text(

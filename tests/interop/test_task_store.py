@@ -17,6 +17,7 @@ metrics. Nothing waits on a timer: each step polls its condition (the lease key 
 Redis, a task's status) under a deadline.
 """
 
+import asyncio
 import itertools
 import json
 import select
@@ -29,9 +30,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from mcp.client import Client
 
 from conftest import HERE, NODE, Proc, free_port, sse_messages
 from test_cluster import Cluster
+from test_modern_clients import PyClient, text_of
 from test_tasks import FASTMCP_PY, completed_text
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -109,12 +112,12 @@ class StoreCluster(Cluster):
     """Three named replicas (`replica-<i>`) on one Redis store, each before its own Python
     upstream (all writing one call log), behind nginx."""
 
-    def __init__(self, tmp_path, redis):
+    def __init__(self, tmp_path, redis, listed=True):
         self.redis = redis
         self.call_log = tmp_path / "calls.jsonl"
         self.call_log.touch()
         super().__init__(tmp_path, extra_toml=STORE_TOML.format(port=redis.port),
-                         upstream_flags=("--call-log", str(self.call_log)), named=True)
+                         upstream_flags=("--call-log", str(self.call_log)), named=True, listed=listed)
 
     def creator(self, task_id):
         """The index of the replica that created the task (its id names it)."""
@@ -152,17 +155,27 @@ class StoreCluster(Cluster):
                 for p in self.proxies]
 
 
-@pytest.fixture
-def cluster(tmp_path):
+def store_cluster(tmp_path, listed):
     redis = Redis()
     try:
-        c = StoreCluster(tmp_path, redis)
+        c = StoreCluster(tmp_path, redis, listed)
     except BaseException:
         redis.kill()
         raise
     yield c
     c.close()
     redis.kill()
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    yield from store_cluster(tmp_path, listed=True)
+
+
+@pytest.fixture
+def peerless(tmp_path):
+    """The cluster with no `[cluster] peers`: the replicas know each other from the store."""
+    yield from store_cluster(tmp_path, listed=False)
 
 
 # --- a modern client on raw HTTP -----------------------------------------------------------------
@@ -481,3 +494,31 @@ def test_two_survivors_racing_to_adopt_run_the_call_again_once(cluster):
     assert done["result"]["content"][0]["text"] == "Hello, Once!", (asked, done)
     [rerun] = cluster.calls(mark, tool)
     assert cluster.upstream_of(rerun) == adopter
+
+
+def test_without_a_peer_list_replicas_reach_a_holder_or_owner_at_the_address_it_announced(peerless):
+    c = peerless
+    # A task created on replica 0, answered on replica 1: forwarded to its holder, found in the
+    # store; no one adopts it, its call runs once.
+    task_id = start_task(c.proxies[0].url, "ask_name")
+    asked = until(c.proxies[0].url, task_id, asks("What is your name?"))
+    answer(c.proxies[1].url, task_id, key_asking(asked, "What is your name?"), FIRST)
+    done = until(c.proxies[2].url, task_id, status_is("completed"))
+    assert done["result"]["content"][0]["text"] == f"Hello, {FIRST}!"
+    assert c.per_replica("mrtr_forwarded_retries_total", kind="task", result="ok")[1] == 1
+    assert sum(c.adopted()) == 0 and len(c.calls(0, "ask_name")) == 1
+
+    # Two-round calls of a tool that is not replay-safe, by the official Python client pinned to
+    # 2026-07-28, through round robin: every retry on another replica is forwarded to the owner.
+    async def one():
+        client = PyClient(c.url)
+        async with Client(c.url, mode=MODERN, **client.kwargs) as session:
+            result = await asyncio.wait_for(session.call_tool("twice", {}), WAIT_S)
+        return text_of(result), client.counts["elicitation"]
+
+    async def calls():
+        return await asyncio.gather(*(one() for _ in range(4)))
+
+    assert asyncio.run(calls()) == [("Ada and Ada", 2)] * 4
+    assert c.total("mrtr_forwarded_retries_total", kind="retry", result="ok") > 0
+    assert c.total("mrtr_forwarded_retries_total", kind="retry", result="unknown_owner") == 0
