@@ -134,8 +134,9 @@ pub enum StartError {
     /// An `[auth]` key set or client secret cannot be read.
     #[error(transparent)]
     Auth(#[from] AuthSetupError),
-    /// The task store cannot be set up (its password cannot be read).
-    #[error("tasks.store: {0}")]
+    /// The task store cannot be set up (its password or a TLS file cannot be read); the
+    /// message names the key.
+    #[error("{0}")]
     TaskStore(String),
 }
 
@@ -148,7 +149,8 @@ impl App {
 
     /// What [`App::new`] reads and checks before it starts anything, for `check-config`: the
     /// state key set (and that a shared task store has one), the `[auth]` key set and client
-    /// secret, the task store's password. Nothing is started, nothing is fetched.
+    /// secret, the task store's password and TLS files. Nothing is started, nothing is
+    /// connected to.
     ///
     /// # Errors
     /// [`StartError`], as `App::new` would fail.
@@ -160,10 +162,12 @@ impl App {
             Arc::default(),
         )?;
         if let crate::config::Store::Redis(store) = &config.tasks.store {
-            if let Some(source) = &store.password {
-                crate::auth::read_secret(source)
-                    .map_err(|e| StartError::TaskStore(e.to_string()))?;
-            }
+            let password = (store.password.as_ref())
+                .map(crate::auth::read_secret)
+                .transpose()
+                .map_err(|e| StartError::TaskStore(format!("tasks.store: {e}")))?;
+            // Its TLS files too: the client is made as at start-up, and not connected.
+            crate::tasks::store_client(store, password).map_err(StartError::TaskStore)?;
         }
         Ok(())
     }

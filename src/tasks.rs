@@ -23,6 +23,7 @@ mod record;
 mod redis_store;
 mod routing;
 mod store;
+mod store_client;
 mod view;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,6 +46,7 @@ use redis_store::RedisStore;
 use routing::ID_SEPARATOR;
 pub(crate) use routing::{owner_of, unknown, Route};
 use store::{MemoryStore, StoreError, TaskStore};
+pub(crate) use store_client::store_client;
 
 use crate::config;
 use crate::error::ProxyError;
@@ -94,7 +96,8 @@ impl Tasks {
     /// name this instance (`tokens`' issuer), whose key seals what a shared store keeps.
     ///
     /// # Errors
-    /// The store's password cannot be read, or its URL makes no client.
+    /// The store's password or TLS files cannot be read (the message names the key), or its
+    /// URL makes no client.
     pub(crate) fn new(
         config: config::Tasks,
         tokens: Arc<TokenCodec>,
@@ -107,8 +110,10 @@ impl Tasks {
                 let password = (settings.password.as_ref())
                     .map(crate::auth::read_secret)
                     .transpose()
-                    .map_err(|e| e.to_string())?;
-                let redis = RedisStore::new(settings, password, (tokens, Arc::clone(&metrics)))?;
+                    .map_err(|e| format!("tasks.store: {e}"))?;
+                let client = store_client(settings, password)?;
+                let redis = RedisStore::new(settings, client, (tokens, Arc::clone(&metrics)))
+                    .map_err(|e| format!("tasks.store: {e}"))?;
                 let addresses = Addresses::new(Arc::clone(&redis), owner.clone());
                 (redis, Some(addresses))
             }

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use super::auth::SecretSource;
 use super::error::{invalid, positive, ConfigError};
 use super::state::HeldBounds;
+use super::store_tls::StoreTls;
 use super::units::{duration, nonzero_duration, size};
 
 /// `[tasks]` as written.
@@ -43,6 +44,12 @@ pub struct RawTasks {
     pub store_password_file: Option<String>,
     /// `store_timeout`
     pub store_timeout: Option<String>,
+    /// `store_ca_file`
+    pub store_ca_file: Option<String>,
+    /// `store_cert_file`
+    pub store_cert_file: Option<String>,
+    /// `store_key_file`
+    pub store_key_file: Option<String>,
     /// `lease`
     pub lease: Option<String>,
     /// `[tasks.tools]`
@@ -83,6 +90,8 @@ pub struct RedisStore {
     /// How long a holder's lease on a task lasts unless renewed (it renews every third of it):
     /// a task whose holder is gone is adopted this long after its last renewal.
     pub lease: Duration,
+    /// For `rediss://`: the CAs trusted and the client certificate, as files read at start-up.
+    pub tls: StoreTls,
 }
 
 /// `[tasks]`, validated.
@@ -200,6 +209,11 @@ impl Store {
                 "want \"memory\", redis://host:port/db or rediss://…",
             )
         })?;
+        let (tls, insecure) = match info.addr() {
+            redis::ConnectionAddr::TcpTls { insecure, .. } => (true, *insecure),
+            _ => (false, false),
+        };
+        let tls = StoreTls::from_raw(raw, tls, insecure)?;
         if info.redis_settings().password().is_some() {
             return Err(invalid(
                 "tasks.store",
@@ -238,6 +252,7 @@ impl Store {
             password,
             timeout,
             lease,
+            tls,
         }))
     }
 }

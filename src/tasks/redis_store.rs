@@ -116,23 +116,17 @@ struct Private {
 }
 
 impl RedisStore {
-    /// A store on `settings`, connecting when first used (a store down at start-up does not
-    /// stop the proxy: tasks wait for it, `/readyz` says so); `password` as read at start-up.
+    /// A store on `settings` through `client` (see [`super::store_client`]), connecting when
+    /// first used (a store down at start-up does not stop the proxy: tasks wait for it,
+    /// `/readyz` says so).
     ///
     /// # Errors
-    /// The URL does not make a client (checked at config time already).
+    /// The connection manager cannot be made.
     pub(crate) fn new(
         settings: &config::RedisStore,
-        password: Option<String>,
+        client: redis::Client,
         (tokens, metrics): (Arc<TokenCodec>, Arc<Metrics>),
     ) -> Result<Arc<Self>, String> {
-        let mut info = redis::IntoConnectionInfo::into_connection_info(settings.url.as_str())
-            .map_err(|e| e.to_string())?;
-        if let Some(p) = password {
-            let redis = info.redis_settings().clone().set_password(p);
-            info = info.set_redis_settings(redis);
-        }
-        let client = redis::Client::open(info).map_err(|e| e.to_string())?;
         let manager = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(settings.timeout))
             .set_response_timeout(Some(settings.timeout))
