@@ -93,6 +93,13 @@ if ! command -v redis-server >/dev/null; then
     || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends redis-server >/dev/null; }
 fi
 
+# openssl makes the private CA and certificates of the TLS store tests (tests/it/tasks_store_tls.rs).
+if ! command -v openssl >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends openssl >/dev/null \
+    || { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends openssl >/dev/null; }
+fi
+
 # promtool checks and unit-tests the alert rules (tests/deploy/test_monitoring.py).
 if ! command -v promtool >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive

@@ -44,4 +44,5 @@ mod tasks_addresses;
 mod tasks_cluster;
 mod tasks_lifecycle;
 mod tasks_store;
+mod tasks_store_tls;
 mod trace_context;

@@ -1,6 +1,7 @@
 //! Test support: an in-process proxy on port 0 and a scripted legacy upstream.
 
 pub mod mock;
+pub mod pki;
 pub mod redis_server;
 
 use std::sync::Arc;

@@ -1,15 +1,27 @@
 //! A real `redis-server` for the tests of the shared task store: each test starts its own on a
 //! free loopback port, without persistence, and it is killed when dropped. `tests/run.sh`
 //! installs the Debian package when it is missing; a machine without it fails these tests
-//! (they are never skipped).
+//! (they are never skipped). [`RedisServer::start_tls`] starts one that speaks only TLS.
 
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
+
+use super::pki::Pki;
 
 /// A running `redis-server`.
 pub struct RedisServer {
     pub port: u16,
     child: Child,
+    tls: Option<Tls>,
+}
+
+/// The files of a server that speaks only TLS: its certificate and key, the CA it trusts for
+/// client certificates (and the test's own connection trusts for it), the client's.
+#[derive(Clone)]
+struct Tls {
+    pki: [PathBuf; 5],
+    auth_clients: bool,
 }
 
 impl RedisServer {
@@ -17,6 +29,23 @@ impl RedisServer {
     /// for, but another test may take it before redis-server binds it: then redis-server exits
     /// and another port is tried (5 at most).
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// Starts one that speaks only TLS, with `pki`'s certificate `server` (`"server"` or
+    /// `"stranger"`), asking clients for a certificate `pki`'s CA signed when `auth_clients`
+    /// (`tls-auth-clients yes`).
+    pub async fn start_tls(pki: &Pki, server: &str, auth_clients: bool) -> Self {
+        let (cert, key) = (format!("{server}.pem"), format!("{server}.key"));
+        let files = [&cert, &key, "ca.pem", "client.pem", "client.key"];
+        let tls = Tls {
+            pki: files.map(|f| pki.file(f)),
+            auth_clients,
+        };
+        Self::start_with(Some(tls)).await
+    }
+
+    async fn start_with(tls: Option<Tls>) -> Self {
         for _ in 0..5 {
             // A free port, asked of the kernel (`--port 0` would turn Redis's TCP off).
             let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -26,7 +55,8 @@ impl RedisServer {
                 .port();
             let mut server = Self {
                 port,
-                child: spawn(port),
+                child: spawn(port, tls.as_ref()),
+                tls: tls.clone(),
             };
             if server.answering().await {
                 return server;
@@ -39,7 +69,7 @@ impl RedisServer {
     /// restarted, or failed over).
     pub async fn restart_empty(&mut self) {
         self.stop();
-        self.child = spawn(self.port);
+        self.child = spawn(self.port, self.tls.as_ref());
         assert!(
             self.answering().await,
             "redis-server did not start again on its port"
@@ -53,9 +83,11 @@ impl RedisServer {
     }
 
     // Whether it answers (bounded: 10 s); `false` at once when it exited (its port was taken).
+    // One that speaks TLS is asked only to accept a TCP connection: its certificate may name
+    // another host than 127.0.0.1 (a test of the name check).
     async fn answering(&mut self) -> bool {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.connection().await.is_err() {
+        while !self.accepting().await {
             if self.child.try_wait().ok().flatten().is_some() {
                 return false;
             }
@@ -68,14 +100,45 @@ impl RedisServer {
         true
     }
 
-    /// `redis://127.0.0.1:<port>/0`.
-    pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/0", self.port)
+    async fn accepting(&self) -> bool {
+        if self.tls.is_some() {
+            let addr = ("127.0.0.1", self.port);
+            tokio::net::TcpStream::connect(addr).await.is_ok()
+        } else {
+            self.connection().await.is_ok()
+        }
     }
 
-    /// A connection of the test's own, to look at (or tamper with) what the store holds.
+    /// `redis://127.0.0.1:<port>/0`, or `rediss://…` when it speaks TLS.
+    pub fn url(&self) -> String {
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A connection of the test's own, to look at (or tamper with) what the store holds (over
+    /// TLS with the client certificate when it speaks TLS).
     pub async fn connection(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        let client = redis::Client::open(self.url())?;
+        let client = match &self.tls {
+            None => redis::Client::open(self.url())?,
+            Some(Tls {
+                pki: [.., ca, cert, key],
+                ..
+            }) => {
+                let read = |p: &PathBuf| std::fs::read(p).unwrap();
+                let certs = redis::TlsCertificates {
+                    client_tls: Some(redis::ClientTlsConfig {
+                        client_cert: read(cert),
+                        client_key: read(key),
+                    }),
+                    root_cert: Some(read(ca)),
+                };
+                redis::Client::build_with_tls(self.url(), certs)?
+            }
+        };
         let mut conn = client.get_multiplexed_async_connection().await?;
         redis::cmd("PING").query_async::<String>(&mut conn).await?;
         Ok(conn)
@@ -102,9 +165,29 @@ impl RedisServer {
     }
 }
 
-fn spawn(port: u16) -> Child {
-    Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+fn spawn(port: u16, tls: Option<&Tls>) -> Child {
+    let mut command = Command::new("redis-server");
+    let port = port.to_string();
+    match tls {
+        None => command.args(["--port", &port]),
+        Some(Tls {
+            pki: [cert, key, ca, ..],
+            auth_clients,
+        }) => command
+            .args(["--port", "0", "--tls-port", &port])
+            .arg("--tls-cert-file")
+            .arg(cert)
+            .arg("--tls-key-file")
+            .arg(key)
+            .arg("--tls-ca-cert-file")
+            .arg(ca)
+            .args([
+                "--tls-auth-clients",
+                if *auth_clients { "yes" } else { "no" },
+            ]),
+    };
+    command
+        .args(["--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
