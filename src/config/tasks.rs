@@ -203,23 +203,12 @@ impl Store {
             None | Some("memory") => return Ok(Self::Memory),
             Some(url) => url,
         };
-        let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|_| {
-            invalid(
-                "tasks.store",
-                "want \"memory\", redis://host:port/db or rediss://…",
-            )
-        })?;
-        let (tls, insecure) = match info.addr() {
-            redis::ConnectionAddr::TcpTls { insecure, .. } => (true, *insecure),
-            _ => (false, false),
-        };
-        let tls = StoreTls::from_raw(raw, tls, insecure)?;
-        if info.redis_settings().password().is_some() {
-            return Err(invalid(
-                "tasks.store",
-                "no password in the URL: set store_password_env or store_password_file",
-            ));
-        }
+        let files = [
+            &raw.store_ca_file,
+            &raw.store_cert_file,
+            &raw.store_key_file,
+        ];
+        let tls = StoreTls::from_raw(files.map(Option::as_deref), is_tls(url)?)?;
         let password = match (&raw.store_password_env, &raw.store_password_file) {
             (None, None) => None,
             (Some(e), None) => Some(SecretSource::Env(e.clone())),
@@ -254,6 +243,34 @@ impl Store {
             lease,
             tls,
         }))
+    }
+}
+
+/// Whether the store at `url` is `rediss://`.
+///
+/// # Errors
+/// Not a Redis URL, a password in it, or `#insecure` (certificate checks off).
+fn is_tls(url: &str) -> Result<bool, ConfigError> {
+    let info = redis::IntoConnectionInfo::into_connection_info(url).map_err(|_| {
+        invalid(
+            "tasks.store",
+            "want \"memory\", redis://host:port/db or rediss://…",
+        )
+    })?;
+    if info.redis_settings().password().is_some() {
+        return Err(invalid(
+            "tasks.store",
+            "no password in the URL: set store_password_env or store_password_file",
+        ));
+    }
+    match info.addr() {
+        redis::ConnectionAddr::TcpTls { insecure: true, .. } => Err(invalid(
+            "tasks.store",
+            "`#insecure` turns off the store's certificate check (anyone on the path could \
+             read and forge task records): give store_ca_file for a private CA",
+        )),
+        redis::ConnectionAddr::TcpTls { .. } => Ok(true),
+        _ => Ok(false),
     }
 }
 
@@ -333,5 +350,52 @@ mod tests {
         assert!(e.to_string().contains("tasks.after"), "{e}");
         let e = tasks("max = 0").unwrap_err();
         assert!(e.to_string().contains("tasks.max"), "{e}");
+    }
+
+    fn tls(toml: &str) -> Result<StoreTls, String> {
+        match tasks(toml).map_err(|e| e.to_string())?.store {
+            Store::Redis(r) => Ok(r.tls),
+            Store::Memory => Err("memory".into()),
+        }
+    }
+
+    #[test]
+    fn a_rediss_store_takes_a_ca_and_a_client_certificate_with_its_key() {
+        let t = tls("store = \"rediss://cache:6380/0\"").unwrap();
+        assert!(t.is_default(), "the public roots, no client certificate");
+        let t = tls(concat!(
+            "store = \"rediss://cache:6380/0\"\nstore_ca_file = \"/etc/ca.pem\"\n",
+            "store_cert_file = \"/etc/c.pem\"\nstore_key_file = \"/etc/c.key\"",
+        ))
+        .unwrap();
+        assert_eq!(t.ca_file, Some(std::path::PathBuf::from("/etc/ca.pem")));
+        let client = t.client.unwrap();
+        assert_eq!(
+            (client.cert_file.to_str(), client.key_file.to_str()),
+            (Some("/etc/c.pem"), Some("/etc/c.key"))
+        );
+    }
+
+    #[test]
+    fn tls_keys_on_a_plain_store_a_lone_cert_or_key_and_insecure_are_refused_by_name() {
+        let (plain, tls_store) = ("store = \"redis://h/0\"\n", "store = \"rediss://h/0\"\n");
+        for (store, more, key) in [
+            (plain, "store_ca_file = \"/ca\"", "tasks.store_ca_file"),
+            (plain, "store_cert_file = \"/c\"", "tasks.store_cert_file"),
+            (plain, "store_key_file = \"/k\"", "tasks.store_key_file"),
+            (
+                tls_store,
+                "store_cert_file = \"/c\"",
+                "tasks.store_cert_file",
+            ),
+            (tls_store, "store_key_file = \"/k\"", "tasks.store_key_file"),
+            (tls_store, "store_ca_file = \"\"", "tasks.store_ca_file"),
+            ("store = \"rediss://h/#insecure\"", "", "tasks.store"),
+        ] {
+            let e = tls(&format!("{store}{more}")).unwrap_err();
+            assert!(e.contains(&format!("`{key}`")), "{store}{more}: {e}");
+        }
+        let e = tls("store = \"rediss://h/#insecure\"").unwrap_err();
+        assert!(e.contains("store_ca_file"), "says what to do instead: {e}");
     }
 }
