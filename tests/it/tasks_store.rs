@@ -275,14 +275,21 @@ async fn a_store_that_does_not_answer_leaves_calls_ordinary_and_readyz_says_so()
          store_timeout = \"100ms\"\nlease = \"300ms\"\n[tasks.tools]\nslow = \"always\"\n"
     );
     let proxy = TestProxy::start(&mock.url(), &toml).await;
+    stays_ordinary_with_the_store_down(&proxy, RESULT).await;
+}
+
+/// `slow` on `proxy`, due to be a task at once, stays an ordinary call (answered `text`,
+/// counted in `mrtr_tasks_not_created_total`), and `/readyz` and `mrtr_task_store_up` say the
+/// store is unreachable.
+pub(crate) async fn stays_ordinary_with_the_store_down(proxy: &TestProxy, text: &str) {
     let c = proxy.client(task_caps());
     let ex = c
         .request("tools/call", json!({"name": "slow", "arguments": {}}))
         .await
         .unwrap();
     assert_eq!(ex.result()["resultType"], "complete", "{:?}", ex.last);
-    assert_eq!(ex.result()["content"][0]["text"], RESULT);
-    assert_eq!(metric(&proxy, "mrtr_tasks_not_created_total").await, 1.0);
+    assert_eq!(ex.result()["content"][0]["text"], text);
+    assert_eq!(metric(proxy, "mrtr_tasks_not_created_total").await, 1.0);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let ready = proxy.get_text("/readyz").await;
@@ -292,7 +299,7 @@ async fn a_store_that_does_not_answer_leaves_calls_ordinary_and_readyz_says_so()
         assert!(tokio::time::Instant::now() < deadline, "{ready}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(metric(&proxy, "mrtr_task_store_up").await, 0.0);
+    assert_eq!(metric(proxy, "mrtr_task_store_up").await, 0.0);
 }
 
 #[tokio::test]

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
 
 use mrtr_proxy::app::App;
 use mrtr_proxy::config::Config;
@@ -17,6 +16,7 @@ use crate::support::pki::Pki;
 use crate::support::redis_server::RedisServer;
 use crate::support::TestProxy;
 use crate::tasks::{setup, start_task, task_caps, until_status};
+use crate::tasks_store::stays_ordinary_with_the_store_down;
 
 const KEY: &str = "a-shared-cluster-key-0123456789abcdef";
 
@@ -62,29 +62,11 @@ async fn a_task_goes_through(store: &RedisServer, tls: &[(&str, &Path)]) {
     assert_eq!(metric(&a, "mrtr_task_store_up").await, 1.0);
 }
 
-/// A proxy on the store at `url` with `tls` keys: `slow` stays an ordinary call, and `/readyz`
-/// and `mrtr_task_store_up` say the store is unreachable.
+/// A proxy on the store at `url` with `tls` keys finds the store down.
 async fn the_store_is_refused(url: &str, tls: &[(&str, &Path)]) {
     let done = Step::Reply(json!({"content": [{"type": "text", "text": "done"}]}));
     let (_mock, proxy) = setup("slow", vec![done], &config(url, tls)).await;
-    let ex = proxy
-        .client(task_caps())
-        .request("tools/call", json!({"name": "slow", "arguments": {}}))
-        .await
-        .unwrap();
-    assert_eq!(ex.result()["resultType"], "complete", "{:?}", ex.last);
-    assert_eq!(ex.result()["content"][0]["text"], "done");
-    assert_eq!(metric(&proxy, "mrtr_tasks_not_created_total").await, 1.0);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let ready = proxy.get_text("/readyz").await;
-        if ready.contains("task store unreachable") {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{ready}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert_eq!(metric(&proxy, "mrtr_task_store_up").await, 0.0);
+    stays_ordinary_with_the_store_down(&proxy, "done").await;
 }
 
 #[tokio::test]
