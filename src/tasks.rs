@@ -6,6 +6,7 @@
 //! - `record`: the task as a store keeps it ([`record::TaskRecord`], pure and serializable) and
 //!   the one function that changes it;
 //! - `store`: where records live ([`store::TaskStore`]; `MemoryStore` today) and who holds each;
+//! - `store_client`: the Redis / Valkey client from the URL, password and TLS files;
 //! - `guard`: the call actor's side, the task's one writer ([`TaskGuard`]): its changes, and the
 //!   metrics and logs of its transitions;
 //! - `local`: what this process keeps of the tasks it holds (charges, mailboxes);
