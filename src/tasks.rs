@@ -75,6 +75,8 @@ pub(crate) struct Tasks {
     addresses: Option<Addresses>,
     /// The store answered when last asked (a store in memory always does).
     store_up: AtomicBool,
+    /// The store was asked once already.
+    store_checked: AtomicBool,
     local: Arc<Local>,
     config: config::Tasks,
     owner: String,
@@ -123,6 +125,7 @@ impl Tasks {
         metrics.tasks.store_up(in_memory);
         Ok(Arc::new(Self {
             store_up: AtomicBool::new(in_memory),
+            store_checked: AtomicBool::new(false),
             store,
             addresses,
             local: Arc::new(Local::new(
@@ -137,13 +140,18 @@ impl Tasks {
 
     /// Asks the task store whether it answers, and remembers (see [`Tasks::store_up`]); logs
     /// when that changes.
+    /// A store down from the first check is said too, with why (a refused certificate...).
     pub(crate) async fn check_store(&self) -> bool {
-        let up = self.store.ping().await.is_ok();
-        if self.store_up.swap(up, Ordering::AcqRel) != up {
-            if up {
-                tracing::info!("task store reachable");
-            } else {
-                tracing::warn!("task store unreachable: new calls stay ordinary calls");
+        let answer = self.store.ping().await;
+        let up = answer.is_ok();
+        let first = !self.store_checked.swap(true, Ordering::AcqRel);
+        if self.store_up.swap(up, Ordering::AcqRel) != up || (first && !up) {
+            match answer {
+                Ok(()) => tracing::info!("task store reachable"),
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "task store unreachable: new calls stay ordinary calls"
+                ),
             }
         }
         self.metrics.tasks.store_up(up);

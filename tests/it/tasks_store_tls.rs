@@ -4,13 +4,14 @@
 //! `store_key_file`. A store that TLS refuses is a store down: calls stay ordinary calls.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use mrtr_proxy::app::App;
 use mrtr_proxy::config::Config;
 use serde_json::json;
 
 use crate::metrics::sample;
+use crate::smoke::{terminate, Running, Stderr};
 use crate::support::mock::{Mock, Step};
 use crate::support::pki::Pki;
 use crate::support::redis_server::RedisServer;
@@ -85,6 +86,31 @@ async fn a_store_whose_certificate_the_trusted_ca_did_not_sign_is_refused() {
     // Another private CA, and the public roots (no store_ca_file): neither signed it.
     the_store_is_refused(&store.url(), &[("store_ca_file", &other.file("ca.pem"))]).await;
     the_store_is_refused(&store.url(), &[]).await;
+}
+
+#[tokio::test]
+async fn a_store_refused_from_the_start_is_logged_with_why() {
+    // The binary, so that its log can be read: the store is down from the first check (it was
+    // never up, so nothing "changed"), and the warning names the certificate's fault.
+    let (pki, other) = (Pki::new(), Pki::new());
+    let store = RedisServer::start_tls(&pki, "server", false).await;
+    let toml = format!(
+        "[upstream]\nurl = \"http://127.0.0.1:9/mcp\"\n{}",
+        config(&store.url(), &[("store_ca_file", &other.file("ca.pem"))])
+    );
+    let file = pki.file("proxy.toml");
+    std::fs::write(&file, toml).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_mrtr-proxy"))
+        .args(["--listen", "127.0.0.1:0", "--config"])
+        .arg(&file)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = Stderr::of(&mut child);
+    let child = Running(Some(child));
+    let line = stderr.wait_for("task store unreachable");
+    assert!(line.contains("UnknownIssuer"), "{line}");
+    assert!(terminate(child.take()).await.success());
 }
 
 #[tokio::test]
