@@ -141,10 +141,22 @@ pub enum StartError {
 }
 
 impl App {
-    /// The MCP URL instance `id` announced in a shared task store, if any (see
-    /// [`Peers::forward`]).
-    pub(crate) async fn announced(&self, id: &str) -> Option<http::Uri> {
-        self.calls.tasks.addresses()?.of(id).await
+    /// Sends a retry or a `tasks/*` request to instance `owner` (see [`Peers::forward`]): a
+    /// peer of the configured set, or the address `owner` announced in a shared task store.
+    ///
+    /// # Errors
+    /// Why the owner cannot be reached.
+    pub(crate) async fn forward(
+        &self,
+        owner: &str,
+        inbound: crate::cluster::Inbound<'_>,
+        kind: crate::ops::metrics::ForwardKind,
+    ) -> Result<http::Response<crate::body::Body>, crate::ops::metrics::Forward> {
+        let announced = async {
+            let addresses = self.calls.tasks.addresses()?;
+            addresses.of(owner).await
+        };
+        self.peers.forward((owner, announced), inbound, kind).await
     }
 
     /// What [`App::new`] reads and checks before it starts anything, for `check-config`: the

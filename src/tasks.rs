@@ -43,10 +43,9 @@ pub(crate) use local::Control;
 use local::{busy, now_ms, post, Local, RUNNING_TASK_BYTES};
 pub(crate) use record::{CallJournal, Change};
 use record::{Lifetime, TaskRecord};
-use redis_store::RedisStore;
 use routing::ID_SEPARATOR;
 pub(crate) use routing::{owner_of, unknown, Route};
-use store::{MemoryStore, StoreError, TaskStore};
+use store::{StoreError, TaskStore};
 pub(crate) use store_client::store_client;
 
 use crate::config;
@@ -107,20 +106,7 @@ impl Tasks {
         metrics: Arc<Metrics>,
     ) -> Result<Arc<Self>, String> {
         let owner = tokens.issuer().to_owned();
-        let (store, addresses): (Arc<dyn TaskStore>, _) = match &config.store {
-            config::Store::Memory => (Arc::new(MemoryStore::new()), None),
-            config::Store::Redis(settings) => {
-                let password = (settings.password.as_ref())
-                    .map(crate::auth::read_secret)
-                    .transpose()
-                    .map_err(|e| format!("tasks.store: {e}"))?;
-                let client = store_client(settings, password)?;
-                let redis = RedisStore::new(settings, client, (tokens, Arc::clone(&metrics)))
-                    .map_err(|e| format!("tasks.store: {e}"))?;
-                let addresses = Addresses::new(Arc::clone(&redis), owner.clone());
-                (redis, Some(addresses))
-            }
-        };
+        let (store, addresses) = store_client::open(&config.store, &owner, tokens, &metrics)?;
         let in_memory = matches!(config.store, config::Store::Memory);
         metrics.tasks.store_up(in_memory);
         Ok(Arc::new(Self {

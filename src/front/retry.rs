@@ -73,12 +73,7 @@ pub(super) async fn retry(
         }
     } else {
         let forwarded = app
-            .peers
-            .forward(
-                (&claims.issuer, app.announced(&claims.issuer)),
-                inbound,
-                ForwardKind::Retry,
-            )
+            .forward(&claims.issuer, inbound, ForwardKind::Retry)
             .await;
         TraceContext::event(&tracing::Span::current(), "mrtr.forward", || {
             vec![

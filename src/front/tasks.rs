@@ -108,15 +108,7 @@ async fn route(
         .route(req.target(), (read, answers.as_ref()), &who.digest);
     match routed.await? {
         Route::Here => Ok(None),
-        Route::Holder(holder) => match app
-            .peers
-            .forward(
-                (&holder, app.announced(&holder)),
-                inbound,
-                ForwardKind::Task,
-            )
-            .await
-        {
+        Route::Holder(holder) => match app.forward(&holder, inbound, ForwardKind::Task).await {
             Ok(resp) => Ok(Some(Served::ByOwner(resp))),
             // In a shared store the task outlives its holder: once the holder's lease lapses,
             // the next request adopts it. Until then the client must retry, not give it up.

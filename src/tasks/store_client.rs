@@ -5,10 +5,43 @@
 //! PEM of its kind is named with its key and path, never its contents.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use redis::{ClientTlsConfig, TlsCertificates};
 
+use super::addresses::Addresses;
+use super::redis_store::RedisStore;
+use super::store::{MemoryStore, TaskStore};
 use crate::config::{self, StoreTls};
+use crate::ops::metrics::Metrics;
+use crate::state::TokenCodec;
+
+/// The configured store for instance `owner` (sealing under `tokens`' key set), and with a
+/// shared one the replicas' addresses in it.
+///
+/// # Errors
+/// The store's password or TLS files cannot be read (the message names the key), or its URL
+/// makes no client.
+pub(super) fn open(
+    store: &config::Store,
+    owner: &str,
+    tokens: Arc<TokenCodec>,
+    metrics: &Arc<Metrics>,
+) -> Result<(Arc<dyn TaskStore>, Option<Addresses>), String> {
+    let settings = match store {
+        config::Store::Memory => return Ok((Arc::new(MemoryStore::new()), None)),
+        config::Store::Redis(settings) => settings,
+    };
+    let password = (settings.password.as_ref())
+        .map(crate::auth::read_secret)
+        .transpose()
+        .map_err(|e| format!("tasks.store: {e}"))?;
+    let client = store_client(settings, password)?;
+    let redis = RedisStore::new(settings, client, (tokens, Arc::clone(metrics)))
+        .map_err(|e| format!("tasks.store: {e}"))?;
+    let addresses = Addresses::new(Arc::clone(&redis), owner.to_owned());
+    Ok((redis, Some(addresses)))
+}
 
 /// PEM labels of a private key rustls takes (PKCS#8, PKCS#1 RSA, SEC1 EC), unencrypted.
 const KEY_LABELS: &[&str] = &["PRIVATE KEY", "RSA PRIVATE KEY", "EC PRIVATE KEY"];
