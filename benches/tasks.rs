@@ -12,8 +12,11 @@
 //! from the store (no forward), what the store holds (Redis's `used_memory` per task), and the
 //! time from the owner's SIGKILL to the task adopted on the peer (the lease is 1 s).
 //!
-//! Bounded: TASKS tasks, GETS requests per measure, 60 s for the tasks to ask; loopback only.
-//! `MRTR_BENCH_TASKS` overrides TASKS.
+//! Then FINISHED more tasks (`provision`, answered once they ask, finished: a record and a result each) on the
+//! owner: its RSS and the store's `used_memory` per finished task, and `tasks/get` among them.
+//!
+//! Bounded: TASKS + FINISHED tasks, GETS requests per measure, 60 s for the tasks to ask;
+//! loopback only. `MRTR_BENCH_TASKS` and `MRTR_BENCH_FINISHED_TASKS` override the counts.
 
 #![allow(
     clippy::print_stdout,
@@ -41,6 +44,16 @@ fn tasks() -> usize {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(TASKS)
+}
+
+/// Finished tasks added after the waiting ones (`MRTR_BENCH_FINISHED_TASKS` overrides).
+const FINISHED: usize = 10_000;
+
+fn finished_tasks() -> usize {
+    std::env::var("MRTR_BENCH_FINISHED_TASKS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FINISHED)
 }
 
 fn main() {
@@ -82,6 +95,7 @@ async fn run(store: Option<&Store>) {
         println!("store: ~{per:.0} B per task waiting for input (Redis used_memory)");
     }
     measure(&here, &there, &ids).await;
+    finished(&here, store, owner.id()).await;
     if store.is_some() {
         adoption(owner, &there, &ids[n - 1]).await;
     } else {
@@ -125,6 +139,44 @@ async fn measure(here: &ModernClient, there: &ModernClient, ids: &[String]) {
         "tasks/update through the peer",
         &updates(there, forwarded).await,
     );
+}
+
+// FINISHED more tasks of `provision`, each answered once it asks (in batches of BATCH), so that
+// each holds its record and result only: what they cost the owner and the store, and
+// `tasks/get` of one of them among all.
+async fn finished(here: &ModernClient, store: Option<&Store>, owner: u32) {
+    const BATCH: usize = 64;
+    let n = finished_tasks();
+    let start = rss_kib(owner);
+    let before = store.map_or(0, Store::used_memory);
+    let mut last = Vec::new();
+    for done in (0..n).step_by(BATCH) {
+        let ids = create(here, BATCH.min(n - done)).await;
+        wait_asking(here, &ids).await;
+        updates(here, &ids).await;
+        wait_status(here, &ids, "completed").await;
+        last = ids;
+    }
+    let Some(last) = last.pop() else { return };
+    let got = latency(GETS, || async {
+        let r = here
+            .request("tasks/get", json!({"taskId": &last}))
+            .await
+            .unwrap();
+        assert_eq!(r.result()["status"], "completed", "{:?}", r.last);
+    })
+    .await;
+    let after = rss_kib(owner);
+    let per = (after.saturating_sub(start) as f64) * 1024.0 / n as f64;
+    println!(
+        "owner RSS: +{} KiB with {n} finished tasks (~{per:.0} B per task)",
+        after.saturating_sub(start)
+    );
+    if let Some(store) = store {
+        let per = store.used_memory().saturating_sub(before) as f64 / n as f64;
+        println!("store: ~{per:.0} B per finished task (Redis used_memory)");
+    }
+    report(&format!("tasks/get of a finished task among {n}"), &got);
 }
 
 // SIGKILLs the owner, then polls task `id` on the peer until it is adopted (it stops being
@@ -216,11 +268,11 @@ fn config(n: usize, peer: Option<&str>, store: &str) -> String {
     let peers = peer.map_or(String::new(), |p| format!("[cluster]\npeers = [\"{p}\"]\n"));
     format!(
         "[pool]\nmax_sessions = {s}\n[state]\nsecret = \"{SECRET}\"\n[tasks]\nmax = {s}\nmax_per_principal = {s}\nmax_memory = \"1GiB\"\n{store}[tasks.tools]\nprovision = \"always\"\n{peers}",
-        s = n + 16
+        s = n + finished_tasks() + 16
     )
 }
 
-// Starts `n` tasks; returns their ids.
+// Starts `n` tasks of `provision`; returns their ids.
 async fn create(client: &ModernClient, n: usize) -> Vec<String> {
     let mut ids = Vec::with_capacity(n);
     for i in 0..n {
@@ -239,6 +291,11 @@ async fn create(client: &ModernClient, n: usize) -> Vec<String> {
 
 // Waits (at most 60 s) until every task asks for input.
 async fn wait_asking(client: &ModernClient, ids: &[String]) {
+    wait_status(client, ids, "input_required").await;
+}
+
+// Waits (at most 60 s) until every task has `status`.
+async fn wait_status(client: &ModernClient, ids: &[String], status: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     for id in ids {
         loop {
@@ -246,10 +303,14 @@ async fn wait_asking(client: &ModernClient, ids: &[String]) {
                 .request("tasks/get", json!({"taskId": id}))
                 .await
                 .unwrap();
-            if r.result()["status"] == "input_required" {
+            if r.result()["status"] == status {
                 break;
             }
-            assert!(Instant::now() < deadline, "tasks never asked: {:?}", r.last);
+            assert!(
+                Instant::now() < deadline,
+                "tasks never {status}: {:?}",
+                r.last
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
