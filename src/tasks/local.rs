@@ -119,9 +119,10 @@ impl Local {
     }
 
     /// Task `id`'s copy and the holder to write it back under, when it is held here with a
-    /// shared store.
+    /// shared store and its TTL has not run out.
     pub(crate) fn write_back(&self, id: &str) -> Option<(TaskRecord, &str)> {
-        Some((self.copy(id)?, self.copies_for.as_deref()?))
+        let held = self.held.get(id).filter(|h| h.expires > Instant::now())?;
+        Some((held.copy.clone()?, self.copies_for.as_deref()?))
     }
 
     /// Bytes charged to tasks now.
@@ -180,8 +181,9 @@ impl Local {
     /// The copies holding changes the store does not have yet (it was down), with the holder
     /// to write them back under.
     pub(crate) fn dirty(&self) -> Vec<TaskRecord> {
+        let now = Instant::now();
         (self.held.iter())
-            .filter(|h| h.dirty)
+            .filter(|h| h.dirty && h.expires > now)
             .filter_map(|h| h.copy.clone())
             .collect()
     }
@@ -203,19 +205,19 @@ impl Local {
         self.copies_for.as_deref()
     }
 
-    /// Task `id`'s copy, to write back to a store that lost it.
-    pub(crate) fn copy(&self, id: &str) -> Option<TaskRecord> {
-        self.held.get(id).and_then(|h| h.copy.clone())
-    }
-
     /// Whether this process holds task `id`.
     pub(crate) fn holds(&self, id: &str) -> bool {
         self.held.contains_key(id)
     }
 
-    /// The tasks held here (running or finished, until their TTL).
+    /// The tasks held here (running or finished) whose TTL has not run out: past it the store
+    /// let them expire, and nothing renews or brings them back before the sweep drops them.
     pub(crate) fn ids(&self) -> Vec<String> {
-        self.held.iter().map(|h| h.key().clone()).collect()
+        let now = Instant::now();
+        (self.held.iter())
+            .filter(|h| h.expires > now)
+            .map(|h| h.key().clone())
+            .collect()
     }
 
     /// The mailbox of task `id`, when this process holds it.

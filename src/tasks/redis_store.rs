@@ -251,10 +251,11 @@ impl RedisStore {
 
     async fn create_now(&self, record: TaskRecord, holder: &str) -> Result<(), StoreError> {
         let text = self.encode(&record)?;
-        let ttl = record
-            .expires_ms
-            .saturating_sub(super::local::now_ms())
-            .max(1);
+        // A record past its TTL is not written (again): the store let it expire.
+        let ttl = record.expires_ms.saturating_sub(super::local::now_ms());
+        if ttl == 0 {
+            return Err(StoreError::Unknown);
+        }
         let mut conn = self.conn.clone();
         let lease = millis(self.lease);
         let mut pipe = redis::pipe();

@@ -45,4 +45,5 @@ mod tasks_cluster;
 mod tasks_lifecycle;
 mod tasks_store;
 mod tasks_store_tls;
+mod tasks_transports;
 mod trace_context;

@@ -553,3 +553,62 @@ async fn requests_racing_on_one_replica_adopt_the_task_once_and_run_it_again_onc
         1.0
     );
 }
+
+#[tokio::test]
+async fn a_task_past_its_ttl_is_gone_from_the_store_and_unknown_on_every_replica() {
+    let store = RedisServer::start().await;
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let mock = Mock::start().await;
+        mock.script("slow", vec![vec![Step::elicit(7), Step::Await(7)]]);
+        let toml = format!(
+            "[state]\nsecret = \"{KEY}\"\n[server]\nshutdown_grace = \"100ms\"\n\
+             [tasks]\nstore = \"{}\"\nstore_timeout = \"100ms\"\nlease = \"300ms\"\n\
+             ttl = \"800ms\"\nafter = \"100ms\"\n[tasks.tools]\nslow = \"always\"\n",
+            store.url()
+        );
+        let proxy = TestProxy::start(&mock.url(), &toml).await;
+        replicas.push((mock, proxy));
+    }
+    let on_a = replicas[0].1.client(task_caps());
+    let id = start_task(&on_a).await;
+    until_status(&on_a, &id, "input_required").await;
+    // Past its TTL the task is unknown wherever it is asked for, and the store holds nothing
+    // of it: its record and its lease expired with it.
+    for (_, replica) in &replicas {
+        let c = replica.client(task_caps());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let ex = on_task(&c, "get", &id, json!({})).await;
+            if ex.last["error"]["message"] == "unknown or expired taskId" {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", ex.last);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let mut conn = store.connection().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("mrtr:*{id}*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        if keys.is_empty() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "left in the store: {keys:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The running call was cancelled upstream at the TTL.
+    replicas[0]
+        .0
+        .wait_for("the call cancelled upstream", |m| {
+            m["method"] == "notifications/cancelled"
+        })
+        .await;
+}
