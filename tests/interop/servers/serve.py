@@ -1,7 +1,9 @@
-"""Shared start-up of the Python test servers: bind 127.0.0.1:0, build the ASGI app for that port,
-serve it with uvicorn, and print `READY <port>` once it accepts connections."""
+"""Shared start-up of the Python test servers: bind 127.0.0.1:0 (or the port in `MRTR_SERVE_PORT`,
+so that the soak can restart a killed server where the proxy expects it), build the ASGI app for
+that port, serve it with uvicorn, and print `READY <port>` once it accepts connections."""
 
 import asyncio
+import os
 import socket
 from typing import Any, Callable
 
@@ -13,7 +15,7 @@ def serve(build_app: Callable[[int], Any]) -> None:
 async def _serve(build_app: Callable[[int], Any]) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", int(os.environ.get("MRTR_SERVE_PORT", "0"))))
     sock.listen(128)
     port = sock.getsockname()[1]
     import uvicorn
