@@ -175,14 +175,44 @@ impl Peers {
         if !stale {
             return None;
         }
-        let found = self.ask_all().await;
-        let mut known = self.known.lock().ok()?;
-        known
-            .clients
-            .retain(|url, _| found.values().any(|u| u == url));
-        known.by_id = found;
-        known.asked = Some(Instant::now());
-        known.by_id.get(owner).cloned()
+        self.learn(self.ask_all().await);
+        self.known.lock().ok()?.by_id.get(owner).cloned()
+    }
+
+    /// Tells the peers that this instance started, by asking each which instance it is (signed
+    /// as this instance), and keeps their answers. A peer that did not know this instance's id
+    /// asks the set again at its next unknown owner (see [`Peers::verify`]): so the calls of a
+    /// replica restarted under a new id are found on the others at once, not only after their
+    /// `cluster.refresh_interval` has passed since they last asked (maybe while it was down).
+    pub(crate) async fn announce(&self) {
+        if self.config.is_enabled() {
+            self.learn(self.ask_all().await);
+        }
+    }
+
+    // Keeps what an asking of the set found (instance id → peer URL).
+    fn learn(&self, found: HashMap<String, Uri>) {
+        if let Ok(mut known) = self.known.lock() {
+            known
+                .clients
+                .retain(|url, _| found.values().any(|u| u == url));
+            known.by_id = found;
+            known.asked = Some(Instant::now());
+        }
+    }
+
+    // A peer signed a request as `iss`. An id the last asking did not find is an instance that
+    // started since (a restart under a new id): the next unknown owner asks the set again at
+    // once. Only a holder of the key set can sign, so clients cannot make the set be asked.
+    fn heard_from(&self, iss: &str) {
+        if iss == self.tokens.issuer() {
+            return;
+        }
+        if let Ok(mut known) = self.known.lock() {
+            if !known.by_id.contains_key(iss) {
+                known.asked = None;
+            }
+        }
     }
 
     // Asks every peer of the set, at once, which instance it is.
@@ -310,10 +340,14 @@ impl Peers {
             return false;
         };
         let aud_ok = c.aud == codec.issuer() || (probe && c.aud == ANY_INSTANCE);
-        aud_ok
+        let valid = aud_ok
             && unix(now) < c.exp
             && c.exp <= unix(now + PEER_TOKEN_LIFETIME) + 60
-            && c.bh == body_digest(body)
+            && c.bh == body_digest(body);
+        if valid {
+            self.heard_from(&c.iss);
+        }
+        valid
     }
 
     /// The answer to a probe: this instance's id.

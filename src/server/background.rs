@@ -1,5 +1,5 @@
-//! What runs beside the request path for the server's life: readiness that follows the
-//! upstream, and the periodic sweeps (idle sessions, expired calls and tasks, spent tokens,
+//! What runs beside the request path for the server's life: the start announced to the peers,
+//! readiness that follows the upstream, and the periodic sweeps (idle sessions, expired calls and tasks, spent tokens,
 //! session records, idle bridged children), each on its own clock.
 
 use std::sync::Arc;
@@ -11,9 +11,10 @@ use crate::app::App;
 /// its own clock, so the sweeps go on while the upstream is down.
 pub(super) async fn run(app: Arc<App>) {
     tokio::join!(
+        app.peers.announce(),
         sweep(Arc::clone(&app)),
         task_leases(Arc::clone(&app)),
-        follow_upstream(app)
+        follow_upstream(Arc::clone(&app))
     );
 }
 

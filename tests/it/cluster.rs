@@ -456,3 +456,52 @@ async fn after_a_restart_under_the_same_id_parked_calls_are_lost_or_replayed_onc
         "not a second time by this process"
     );
 }
+
+/// Issue 34 (5), found by the soak: a replica restarted under a new (random) id. Its peer had
+/// asked the set while it was down, so without more the peer would answer every retry of the
+/// new instance's calls "call lost" for a whole `cluster.refresh_interval`. The restarted
+/// instance probes its peers at start, and a peer that hears from an id it does not know asks
+/// the set again at its next unknown owner: the retry is forwarded and the call completes.
+#[tokio::test]
+async fn a_replica_restarted_under_a_new_id_is_found_by_its_peer_at_once() {
+    let (listeners, peers) = bind(2).await;
+    let toml = format!(
+        "[state]\nsecret = \"{KEY}\"\n[cluster]\npeers = [{peers}]\nrefresh_interval = \"1h\"\n[server]\nshutdown_grace = \"100ms\"\n"
+    );
+    let mock = Mock::start().await;
+    mock.script(
+        "ask",
+        vec![vec![Step::elicit(7), Step::Await(7), done()]; 2],
+    );
+    let mut listeners = listeners.into_iter();
+    let a = TestProxy::start_on(listeners.next().unwrap(), &mock.url(), &toml);
+    let mut b = TestProxy::start_on(listeners.next().unwrap(), &mock.url(), &toml);
+    let b_addr = b.addr;
+    let (_, before) = first_round(&b.client(all_caps()), "ask", json!({})).await;
+    b.stopped().await;
+    // The peer asks the set while the replica is down: its old call is lost, and asked is now.
+    let lost = retry(&a.client(all_caps()), "ask", json!({}), accept(), &before).await;
+    assert_eq!(lost.status, http::StatusCode::GONE, "{:?}", lost.last);
+
+    let again = TcpListener::bind(b_addr).await.unwrap();
+    let b = TestProxy::start_on(again, &mock.url(), &toml);
+    let (_, state) = first_round(&b.client(all_caps()), "ask", json!({})).await;
+    // Bounded: the restarted replica's start-up probe reaches the peer in a moment; without it
+    // (or without the peer heeding it) every retry here is "call lost" for the next hour.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let done = loop {
+        let ex = retry(&a.client(all_caps()), "ask", json!({}), accept(), &state).await;
+        if ex.status != http::StatusCode::GONE || tokio::time::Instant::now() >= deadline {
+            break ex;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "finished",
+        "{:?}",
+        done.last
+    );
+    assert_eq!(forwarded(&a, "ok").await, "1");
+    assert_eq!(b.app.parked_calls(), 0);
+}
