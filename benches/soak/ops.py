@@ -15,10 +15,9 @@ DECLINED = "Not approved: nothing summarized."
 
 def answer_for(request, value, approve=True):
     """The client's answer to one server request of a round: an approval, a form, a sample."""
-    params = request.get("params", {})
     if request.get("method") == "sampling/createMessage":
         return {"role": "assistant", "content": {"type": "text", "text": value}, "model": "soak"}
-    if "approve" in params.get("requestedSchema", {}).get("properties", {}):
+    if is_approval(request):
         return {"action": "accept", "content": {"approve": True}} if approve else {"action": "decline"}
     return {"action": "accept", "content": {"name": value}}
 
@@ -29,30 +28,50 @@ class Leg:
     def __init__(self, ctx, caps=None):
         self.ctx, self.caps, self.n = ctx, caps, ctx.start_replica()
         self.subject = ctx.subject()
+        self.trail = []  # (replica, what came back) of each leg, for a crossed answer's report
 
     async def send(self, method, params):
-        url = self.ctx.urls[self.n % len(self.ctx.urls)]
+        replica = self.n % len(self.ctx.urls)
         self.n += 1
         kwargs = {"caps": self.caps} if self.caps else {}
-        status, answer = await modern(self.ctx.http, url, method, params, self.ctx.issuer.token(self.subject), **kwargs)
-        return check(status, answer)
+        token = self.ctx.issuer.token(self.subject)
+        status, answer = await modern(self.ctx.http, self.ctx.urls[replica], method, params, token, **kwargs)
+        result = check(status, answer)
+        asked = [r.get("method") for r in result.get("inputRequests", {}).values()]
+        self.trail.append((replica, result.get("resultType"), asked))
+        return result
+
+    def expect(self, text, nonces):
+        try:
+            expect_nonces(text, nonces)
+        except Crossed as crossed:
+            raise Crossed(f"{crossed}; legs {self.trail}") from None
 
 
-async def rounds(leg, tool, arguments, nonce, approve=True, check_question=False):
-    """Runs a modern call through its input_required rounds; (result, answers given)."""
+def is_approval(request):
+    return "approve" in request.get("params", {}).get("requestedSchema", {}).get("properties", {})
+
+
+async def rounds(leg, tool, arguments, nonce, approve=True):
+    """Runs a modern call through its input_required rounds: (result, the answers given to the
+    tool's own questions, how many approvals were asked). Every approval question must name
+    the call's nonce (the gate's message quotes the argument)."""
     params = {"name": tool, "arguments": arguments}
-    given = []
+    given, approvals = [], 0
     result = await leg.send("tools/call", params)
     for _ in range(MAX_ROUNDS):
         if result.get("resultType") != "input_required":
-            return result, given
+            return result, given, approvals
         responses = {}
-        for key, request in result["inputRequests"].items():
-            message = request.get("params", {}).get("message", "")
-            if check_question and "approve" in str(request) and nonce not in message:
-                raise Crossed(f"approval question {message!r} is not about {nonce}")
-            value = f"{nonce}-{len(given)}"
-            given.append(value)
+        for n, (key, request) in enumerate(result["inputRequests"].items()):
+            value = f"{nonce}-{len(given) + approvals}-{n}"
+            if is_approval(request):
+                approvals += 1
+                message = request["params"].get("message", "")
+                if nonce not in message:
+                    raise Crossed(f"approval question {message!r} is not about {nonce}")
+            else:
+                given.append(value)
             responses[key] = answer_for(request, value, approve)
         result = await leg.send("tools/call", {**params, "requestState": result["requestState"],
                                                "inputResponses": responses})
@@ -63,8 +82,9 @@ async def mrtr_call(ctx):
     """ask_name (one round) or twice (two rounds): the result names every answer given."""
     nonce = ctx.nonce()
     tool = "twice" if int(nonce[1:]) % 2 else "ask_name"
-    result, given = await rounds(Leg(ctx), tool, {}, nonce)
-    expect_nonces(text_of(result), given)
+    leg = Leg(ctx)
+    result, given, _ = await rounds(leg, tool, {}, nonce)
+    leg.expect(text_of(result), given)
     return "ok"
 
 
@@ -80,13 +100,16 @@ async def gated_call(ctx):
     """summarize(nonce), gated: approved (then a sampling round) or declined."""
     nonce = ctx.nonce()
     approve = int(nonce[1:]) % 3 != 0
-    result, given = await rounds(Leg(ctx), "summarize", {"text": nonce}, nonce, approve, check_question=True)
+    leg = Leg(ctx)
+    result, given, approvals = await rounds(leg, "summarize", {"text": nonce}, nonce, approve)
     if not approve:
         if not result.get("isError") or text_of(result) != DECLINED:
             raise Crossed(f"a declined call answered {result!r}")
         return "declined"
-    expect_nonces(text_of(result), given[1:])
-    return "ok"
+    leg.expect(text_of(result), given)
+    # Asked twice: the approval's retry reached a replica that could not find the one that
+    # asked (gone, or not known yet), which asks again rather than trust a lost approval.
+    return "ok" if approvals == 1 else "ok_approval_asked_again"
 
 
 async def start_task(leg, tool, arguments):
@@ -119,7 +142,7 @@ async def task_answered(ctx):
         task = await poll_task(ctx, leg, task_id, lambda t: t["status"] not in ("working", "input_required"))
     if task["status"] != "completed":
         raise Refused(f"task_{task['status']}")
-    expect_nonces(text_of(task.get("result", {})), [nonce])
+    leg.expect(text_of(task.get("result", {})), [nonce])
     return "ok"
 
 

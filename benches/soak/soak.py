@@ -38,7 +38,7 @@ from stack import Collector, Replica, Upstream, replica_toml  # noqa: E402
 from wire import Crossed, Issuer, Refused  # noqa: E402
 
 SUBJECTS = 8
-SUCCESS = ("ok", "declined", "cancelled", "expired", "abandoned")
+SUCCESS = ("ok", "ok_approval_asked_again", "declined", "cancelled", "expired", "abandoned")
 BACKOFF_S = 0.25
 FD_SLACK = 16  # descriptors above the baseline still "back"
 RSS_SLACK_KIB = 64 * 1024  # RSS above the baseline still "back"
@@ -58,6 +58,7 @@ class Run:
         self.outcomes = Counter()
         self.faults = []  # (start, end) of each fault window, monotonic
         self.calm_failures = Counter()
+        self.details = {}  # outcome → the error message it first came with
         self.peaks = {}  # (replica, gauge or "fds" / "rss_mib") → highest seen under load
 
     def nonce(self):
@@ -84,11 +85,15 @@ async def run_op(run, kind, deadline_s):
         outcome = "hung"
     except Refused as refused:
         outcome = refused.outcome
+        run.details.setdefault(outcome, refused.detail)
     except Crossed as crossed:
         print(f"CROSSED {kind}: {crossed}", flush=True)
         outcome = "crossed"
     except httpx2.HTTPError as e:
         outcome = f"transport_{type(e).__name__}"
+    except (KeyError, ValueError, TypeError) as e:  # an answer not shaped as the protocol says
+        outcome = f"malformed_{type(e).__name__}"
+        run.details.setdefault(outcome, f"{kind}: {e!r}")
     run.outcomes[(kind, outcome)] += 1
     if outcome not in SUCCESS and run.calm(started, time.monotonic()):
         run.calm_failures[(kind, outcome)] += 1
@@ -191,6 +196,8 @@ def report(run, replicas, baseline, settled, waited, args, elapsed, collector):
     crossed = sum(n for (_, o), n in run.outcomes.items() if o == "crossed")
     print(f"total {total}; hung {hung}; crossed {crossed}")
     print("not ok outside fault windows: " + (", ".join(f"{k}/{o}={n}" for (k, o), n in sorted(run.calm_failures.items())) or "none"))
+    for outcome, detail in sorted(run.details.items()):
+        print(f"  {outcome}: {detail[:160]!r}")
     print(f"spans received by the collector: {len(collector.receiver.spans())}")
     failures += [f"{hung} hung operations"] * bool(hung) + [f"{crossed} crossed answers"] * bool(crossed)
     for i, (r, b, (g, (fds, rss))) in enumerate(zip(replicas, baseline, settled)):

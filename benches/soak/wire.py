@@ -6,6 +6,7 @@ import itertools
 import json
 import time
 
+import httpx2
 import jwt
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -29,9 +30,9 @@ class Crossed(Exception):
 class Refused(Exception):
     """An answer that ends the operation with an outcome other than success (`outcome` names it)."""
 
-    def __init__(self, outcome):
+    def __init__(self, outcome, detail=""):
         super().__init__(outcome)
-        self.outcome = outcome
+        self.outcome, self.detail = outcome, detail
 
 
 class Issuer:
@@ -53,11 +54,12 @@ class Issuer:
 
 def check(status, answer):
     """Raises Refused for an HTTP or JSON-RPC error (`http_400/rpc_-32602`); the result otherwise."""
+    error = answer.get("error", {}) if isinstance(answer, dict) else {}
     if status != 200:
-        code = answer.get("error", {}).get("code") if isinstance(answer, dict) else None
-        raise Refused(f"http_{status}" + (f"/rpc_{code}" if code is not None else ""))
-    if "error" in answer:
-        raise Refused(f"rpc_{answer['error'].get('code')}")
+        code = error.get("code")
+        raise Refused(f"http_{status}" + (f"/rpc_{code}" if code is not None else ""), error.get("message", ""))
+    if error:
+        raise Refused(f"rpc_{error.get('code')}", error.get("message", ""))
     return answer["result"]
 
 
@@ -150,26 +152,17 @@ async def legacy_http_echo(http, url, token, nonce):
 
 
 class SseStream:
-    """A 2024-11-05 client's GET stream: its events one by one."""
+    """A 2024-11-05 client's GET stream: its events one by one (httpx2's own SSE parser)."""
 
     def __init__(self, response):
-        self.lines = response.aiter_lines()
+        self.events = aiter(httpx2.EventSource(response))
 
     async def next_event(self):
-        name, data = "message", []
-        async for line in self.lines:
-            if line == "":
-                if data:
-                    return name, "\n".join(data)
-                name = "message"
-                continue
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-        raise Refused("stream_ended")
+        try:
+            event = await anext(self.events)
+        except StopAsyncIteration:
+            raise Refused("stream_ended") from None
+        return event.event, event.data
 
     async def answer_to(self, rpc_id):
         for _ in range(100):
