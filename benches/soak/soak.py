@@ -78,14 +78,14 @@ class Run:
 async def run_op(run, kind, deadline_s):
     """One operation with its deadline: its outcome, `hung` past the deadline."""
     op, _ = KINDS[kind]
-    started = time.monotonic()
+    started, detail = time.monotonic(), ""
     try:
         outcome = await asyncio.wait_for(op(run), deadline_s)
     except asyncio.TimeoutError:
         outcome = "hung"
     except Refused as refused:
-        outcome = refused.outcome
-        run.details.setdefault(outcome, refused.detail)
+        outcome, detail = refused.outcome, refused.detail
+        run.details.setdefault(outcome, detail)
     except Crossed as crossed:
         print(f"CROSSED {kind}: {crossed}", flush=True)
         outcome = "crossed"
@@ -97,6 +97,8 @@ async def run_op(run, kind, deadline_s):
     run.outcomes[(kind, outcome)] += 1
     if outcome not in SUCCESS and run.calm(started, time.monotonic()):
         run.calm_failures[(kind, outcome)] += 1
+        since = started - max((e for _, e in run.faults), default=started)
+        print(f"not ok outside fault windows: {kind} {outcome} {since:.1f} s after the last fault: {detail[:160]!r}", flush=True)
     return outcome
 
 
@@ -239,8 +241,10 @@ async def soak(args, tmp):
             settled, waited = await until_settled(replicas, baseline, max(args.state_ttl, args.task_ttl) + args.quiet)
             return report(run, replicas, baseline, settled, waited, args, elapsed, collector)
     finally:
-        for r in replicas:
+        for i, r in enumerate(replicas):
             r.proxy.kill()
+            if args.logs:
+                Path(args.logs, f"replica-{i}.log").write_text(getattr(r, "logs_before", "") + r.proxy.proc.output())
         upstream.kill()
         await collector.close()
 
@@ -250,6 +254,7 @@ def parse_args():
     p.add_argument("--minutes", type=float, default=5.0, help="how long the load runs")
     p.add_argument("--smoke", action="store_true", help="~40 s in all, fewer operations, the same checks")
     p.add_argument("--concurrency", type=int, default=None)
+    p.add_argument("--logs", help="a directory to write the replicas' logs to")
     args = p.parse_args()
     args.seconds = 25 if args.smoke else args.minutes * 60
     args.concurrency = args.concurrency or (6 if args.smoke else 12)

@@ -135,7 +135,7 @@ async def legacy_http_echo(http, url, token, nonce):
     """A 2025-11-25 Streamable HTTP client: initialize, initialized, echo(nonce), DELETE."""
     headers = {"accept": ACCEPT, "authorization": f"Bearer {token}"}
     r = await http.post(url, json=initialize(1), headers=headers)
-    check(r.status_code, answer_of(1, r) if r.status_code == 200 else {})
+    check(r.status_code, answer_of(1, r) if r.status_code == 200 else {"error": {"message": r.text[:200]}})
     session = r.headers.get("mcp-session-id")
     if not session:
         raise Refused("no_session_id")

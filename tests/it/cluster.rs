@@ -114,12 +114,17 @@ async fn a_retry_whose_owner_is_gone_gets_the_call_lost_error() {
         (e["code"].clone(), e["data"]["reason"].clone()),
         (json!(-32602), json!("call_lost"))
     );
+    // The peer learnt the owner's id when they started (their start-up probes): the forward
+    // is refused. Had it not, the stopped owner would answer no probe: unknown. One either way.
     let lost = forwarded(&proxies[0], "unknown_owner").await;
     let unreachable = forwarded(&proxies[0], "unreachable").await;
     assert_eq!(
-        (lost.as_str(), unreachable.as_str()),
-        ("1", "0"),
-        "the stopped owner answers no probe"
+        [lost.as_str(), unreachable.as_str()]
+            .map(|n| n.parse::<u32>().unwrap())
+            .iter()
+            .sum::<u32>(),
+        1,
+        "one forward that failed ({lost} unknown, {unreachable} unreachable)"
     );
 }
 
