@@ -1,14 +1,14 @@
 //! What runs beside the request path for the server's life: the start announced to the peers,
-//! readiness that follows the upstream, and the periodic sweeps (idle sessions, expired calls and tasks, spent tokens,
-//! session records, idle bridged children), each on its own clock.
+//! readiness that follows the upstream, and the periodic sweeps (idle sessions, expired calls
+//! and tasks, spent tokens, session records, idle bridged children), each on its own clock.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::app::App;
 
-/// The background work: readiness that follows the upstream, and the periodic sweeps — each on
-/// its own clock, so the sweeps go on while the upstream is down.
+/// The background work: the peers told of this start once, readiness that follows the upstream,
+/// and the periodic sweeps — each on its own clock, so the sweeps go on while the upstream is down.
 pub(super) async fn run(app: Arc<App>) {
     tokio::join!(
         app.peers.announce(),
