@@ -56,7 +56,7 @@ class Run:
         self.poll_s, self.task_ttl_s = 0.2, args.task_ttl
         self._nonces, self._starts, self._subjects = itertools.count(), itertools.count(), itertools.count()
         self.outcomes = Counter()
-        self.faults = []  # (start, end) of each fault window, monotonic
+        self.faults = []  # [start, end, name] of each fault window, monotonic
         self.calm_failures = Counter()
         self.details = {}  # outcome → the error message it first came with
         self.peaks = {}  # (replica, gauge or "fds" / "rss_mib") → highest seen under load
@@ -72,7 +72,7 @@ class Run:
 
     def calm(self, start, end):
         """No fault window touched [start, end] (a window still open has end None)."""
-        return all((e is not None and e < start) or s > end for s, e in self.faults)
+        return all((e is not None and e < start) or s > end for s, e, _ in self.faults)
 
 
 async def run_op(run, kind, deadline_s):
@@ -97,8 +97,9 @@ async def run_op(run, kind, deadline_s):
     run.outcomes[(kind, outcome)] += 1
     if outcome not in SUCCESS and run.calm(started, time.monotonic()):
         run.calm_failures[(kind, outcome)] += 1
-        since = started - max((e for _, e in run.faults), default=started)
-        print(f"not ok outside fault windows: {kind} {outcome} {since:.1f} s after the last fault: {detail[:160]!r}", flush=True)
+        _, end, name = max(run.faults, key=lambda w: w[1], default=(0, started, "none"))
+        print(f"not ok outside fault windows: {kind} {outcome} {started - end:.1f} s after the end of "
+              f"'{name}': {detail[:160]!r}", flush=True)
     return outcome
 
 
@@ -131,7 +132,7 @@ async def sampler(run, replicas, until):
 
 async def fault(run, name, action):
     """Runs a blocking fault `action` in a thread, as a window other operations may fail in."""
-    window = [time.monotonic(), None]
+    window = [time.monotonic(), None, name]
     run.faults.append(window)
     print(f"fault: {name}", flush=True)
     await asyncio.to_thread(action)
@@ -146,7 +147,7 @@ async def chaos(run, args, upstream, replica, collector, t0):
         await asyncio.sleep(max(0.0, t0 + fraction * duration - time.monotonic()))
 
     await at(0.20)
-    window = [time.monotonic(), None]
+    window = [time.monotonic(), None, "upstream killed and restarted"]
     run.faults.append(window)
     print("fault: upstream killed", flush=True)
     upstream.kill()
