@@ -3,8 +3,20 @@
 # interop tests (in parallel), then the deployment checks. Installs what the interop tests need
 # (pinned, cached under tests/interop/ and tests/deploy/). Says what runs and how long each part
 # took. MRTR_INTEROP_WORKERS sets the interop suite's workers (0: one process, no xdist).
+#
+# `--ci` (what CI runs) adds the slow suites a developer does not wait for: every fuzz target for
+# a bounded time (started first, in the background, while the peers install and the tests
+# build), then a smoke of the benchmark harness and a smoke of the soak.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+ci=false
+for arg in "$@"; do
+  case "$arg" in
+    --ci) ci=true ;;
+    *) echo "usage: bash tests/run.sh [--ci]" >&2; exit 64 ;;
+  esac
+done
 
 interop=tests/interop
 
@@ -32,6 +44,15 @@ report() {
   if [ "$status" -ne 0 ]; then echo "== FAILED (exit $status)"; fi
 }
 trap report EXIT
+
+fuzz_log=""
+if $ci; then
+  # The fuzzing is CPU for one core once built: it overlaps the installs and the build.
+  fuzz_log="$(mktemp)"
+  (start=$SECONDS; status=0; bash fuzz/run.sh >"$fuzz_log" 2>&1 || status=$?
+   echo "   (fuzzing took $((SECONDS - start))s in the background)" >>"$fuzz_log"; exit "$status") &
+  fuzz_pid=$!
+fi
 
 part "installing real peers (pinned; cached when present)"
 if ! "$interop/.venv/mcp1/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 1.30.0$'; then
@@ -124,10 +145,10 @@ part "cargo nextest (unit + in-process integration)"
 cargo nextest run --locked --no-fail-fast
 cargo test --locked --doc
 
-# The interop tests spend much of their time waiting on the peers they start: two workers per
-# core. The tests that share a module-scoped stack go to one worker together (conftest.py marks
+# The interop tests spend much of their time waiting on the peers they start: three workers per
+# core (on 2 cores: 4 workers 7 min 45 s, 8 workers 6 min 48 s, using 1.2 and 1.5 cores). The tests that share a module-scoped stack go to one worker together (conftest.py marks
 # them), so each stack still starts once.
-workers=${MRTR_INTEROP_WORKERS:-$(( $(nproc) * 2 ))}
+workers=${MRTR_INTEROP_WORKERS:-$(( $(nproc) * 3 ))}
 part "interop: official SDK peers through the proxy ($workers workers)"
 parallel=()
 if [ "$workers" -gt 0 ]; then parallel=(-n "$workers" --dist loadgroup); fi
@@ -136,3 +157,24 @@ MRTR_PROXY_BIN="$bin" "$interop/.venv/mcp2/bin/python" -m pytest -q -p no:cachep
 
 part "deployment: Kubernetes manifests and their config; monitoring rules and dashboard"
 MRTR_PROXY_BIN="$bin" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider tests/deploy
+
+if $ci; then
+  part "fuzzing: every target 15 s (started in the background at the beginning)"
+  fuzz_status=0
+  wait "$fuzz_pid" || fuzz_status=$?
+  cat "$fuzz_log"
+  rm -f "$fuzz_log"
+  if [ "$fuzz_status" -ne 0 ]; then exit "$fuzz_status"; fi
+
+  # A seconds-long smoke of the benchmark harness (no thresholds, writes nowhere) so it cannot rot.
+  part "benchmark harness smoke"
+  MRTR_BENCH_SMOKE=1 cargo bench --locked --bench sidecar
+
+  # A smoke of the soak (issue 34): every feature at once over two replicas while the upstream,
+  # a replica and the trace collector fail; the same checks as the minutes-long run
+  # (docs/BENCHMARKS.md, "Soak").
+  part "soak smoke (release build)"
+  cargo build --release --locked --bins
+  MRTR_PROXY_BIN="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/release/mrtr-proxy" \
+    "$interop/.venv/mcp2/bin/python" benches/soak/soak.py --smoke
+fi
