@@ -174,11 +174,8 @@ impl App {
             Arc::default(),
         )?;
         if let crate::config::Store::Redis(store) = &config.tasks.store {
-            let password = (store.password.as_ref())
-                .map(crate::auth::read_secret)
-                .transpose()
-                .map_err(|e| StartError::TaskStore(format!("tasks.store: {e}")))?;
-            // Its TLS files too: the client is made as at start-up, and not connected.
+            // Its password and TLS files: the client is made as at start-up, and not connected.
+            let password = crate::tasks::read_password(store).map_err(StartError::TaskStore)?;
             crate::tasks::store_client(store, password).map_err(StartError::TaskStore)?;
         }
         Ok(())

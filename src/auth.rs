@@ -64,6 +64,14 @@ pub(crate) struct Refusal {
 #[error("[auth]: {0}")]
 pub struct AuthSetupError(String);
 
+impl AuthSetupError {
+    /// What went wrong, without the `[auth]` it is said under (for a secret read for another
+    /// table).
+    pub(crate) fn reason(&self) -> &str {
+        &self.0
+    }
+}
+
 #[derive(Debug)]
 enum Verifier {
     Header(HeaderName),

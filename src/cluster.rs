@@ -3,12 +3,14 @@
 //! client had come directly; the answer streams back through this one (where this sits in the
 //! pipeline: docs/ARCHITECTURE.md; `front/retry` decides to forward).
 //!
-//! Addresses come only from the configured peer set (`cluster.peers`, `cluster.peers_dns`),
-//! never from a token: a token names an instance id, and which peer has that id is learnt by
-//! asking each peer (`GET` on the MCP path with a peer signature). Peers authenticate each other
-//! with the requestState key set they already share: every forwarded request and every probe
-//! carries a short-lived JWT (`Mcp-Proxy-Peer`) signed with the active key, naming the target
-//! instance and binding the body's digest. A forwarded request is never forwarded again.
+//! Addresses come only from the configured peer set (`cluster.peers`, `cluster.peers_dns`) or,
+//! with a shared task store, from what each replica announced there (sealed under the shared
+//! key: `tasks/addresses`), never from a token: a token names an instance id, and which peer has
+//! that id is learnt by asking it (`GET` on the MCP path with a peer signature). Peers
+//! authenticate each other with the requestState key set they already share: every forwarded
+//! request and every probe carries a short-lived JWT (`Mcp-Proxy-Peer`) signed with the active
+//! key, naming the target instance and binding the body's digest. A forwarded request is never
+//! forwarded again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -103,7 +105,8 @@ impl Peers {
     /// Sends a retry or a `tasks/*` request (`kind`) to `owner`, the instance whose token or
     /// task it names: at most one hop, and only to a peer of the configured set or, when none
     /// of them is `owner`, to the URL `owner` `announced` in a shared task store (sealed under
-    /// the shared key; looked up only then), once it answers there as `owner`. The outcome is counted and logged here.
+    /// the shared key; looked up only then), once it answers there as `owner`. The outcome is
+    /// counted and logged here.
     ///
     /// # Errors
     /// Why the owner cannot be reached ([`lost_because`] says it in words), for the caller to

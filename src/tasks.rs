@@ -46,7 +46,7 @@ use record::{Lifetime, TaskRecord};
 use routing::ID_SEPARATOR;
 pub(crate) use routing::{owner_of, unknown, Route};
 use store::{StoreError, TaskStore};
-pub(crate) use store_client::store_client;
+pub(crate) use store_client::{read_password, store_client};
 
 use crate::config;
 use crate::error::ProxyError;

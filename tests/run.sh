@@ -37,6 +37,8 @@ part() {
 }
 report() {
   local status=$?
+  # A part that failed leaves the background fuzzing running: it stops with the run.
+  if [ -n "${fuzz_pid:-}" ]; then kill -- "-$fuzz_pid" 2>/dev/null || true; fi
   part ""
   echo "== times"
   printf '%s\n' "${summary[@]}"
@@ -48,9 +50,11 @@ trap report EXIT
 fuzz_log=""
 if $ci; then
   # The fuzzing is CPU for one core once built: it overlaps the installs and the build.
+  # In a process group of its own (setsid), so that a run that fails first stops all of it.
   fuzz_log="$(mktemp)"
-  (start=$SECONDS; status=0; bash fuzz/run.sh >"$fuzz_log" 2>&1 || status=$?
-   echo "   (fuzzing took $((SECONDS - start))s in the background)" >>"$fuzz_log"; exit "$status") &
+  setsid bash -c 'start=$SECONDS; status=0; bash fuzz/run.sh || status=$?
+    echo "   (fuzzing took $((SECONDS - start))s in the background)"; exit "$status"' \
+    >"$fuzz_log" 2>&1 &
   fuzz_pid=$!
 fi
 
@@ -162,6 +166,7 @@ if $ci; then
   part "fuzzing: every target 15 s (started in the background at the beginning)"
   fuzz_status=0
   wait "$fuzz_pid" || fuzz_status=$?
+  fuzz_pid=""
   cat "$fuzz_log"
   rm -f "$fuzz_log"
   if [ "$fuzz_status" -ne 0 ]; then exit "$fuzz_status"; fi

@@ -16,6 +16,24 @@ use crate::config::{self, StoreTls};
 use crate::ops::metrics::Metrics;
 use crate::state::TokenCodec;
 
+/// The store's password, read from `store_password_env` or `store_password_file` as at start-up
+/// (`None`: none configured).
+///
+/// # Errors
+/// It cannot be read: said under the key that names where it comes from.
+pub(crate) fn read_password(settings: &config::RedisStore) -> Result<Option<String>, String> {
+    let Some(source) = &settings.password else {
+        return Ok(None);
+    };
+    let key = match source {
+        config::SecretSource::Env(_) => "tasks.store_password_env",
+        config::SecretSource::File(_) => "tasks.store_password_file",
+    };
+    crate::auth::read_secret(source)
+        .map(Some)
+        .map_err(|e| format!("{key}: {}", e.reason()))
+}
+
 /// The configured store for instance `owner` (sealing under `tokens`' key set), and with a
 /// shared one the replicas' addresses in it.
 ///
@@ -32,11 +50,7 @@ pub(super) fn open(
         config::Store::Memory => return Ok((Arc::new(MemoryStore::new()), None)),
         config::Store::Redis(settings) => settings,
     };
-    let password = (settings.password.as_ref())
-        .map(crate::auth::read_secret)
-        .transpose()
-        .map_err(|e| format!("tasks.store: {e}"))?;
-    let client = store_client(settings, password)?;
+    let client = store_client(settings, read_password(settings)?)?;
     let redis = RedisStore::new(settings, client, (tokens, Arc::clone(metrics)))
         .map_err(|e| format!("tasks.store: {e}"))?;
     let addresses = Addresses::new(Arc::clone(&redis), owner.to_owned());

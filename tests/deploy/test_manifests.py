@@ -123,14 +123,17 @@ def test_the_custom_resource_schema_is_strict():
 
 
 def test_the_configmap_config_is_valid(tmp_path):
-    # check-config reads the key files too: the mounted Secret's path gets a stand-in key here.
+    # check-config reads what start-up reads (the state key, the task store's password): the
+    # mounted Secret's files get stand-ins here.
     text = one("ConfigMap", "mrtr-proxy")["data"]["config.toml"]
-    mounted = "/etc/mrtr-proxy/secret/state-secret"
-    assert mounted in text
-    key = tmp_path / "state-secret"
-    key.write_text("a-stand-in-key-of-at-least-32-bytes!!\n")
+    stand_ins = {"state-secret": "a-stand-in-key-of-at-least-32-bytes!!\n", "store-password": "stand-in\n"}
+    for name, content in stand_ins.items():
+        mounted = f"/etc/mrtr-proxy/secret/{name}"
+        assert mounted in text
+        (tmp_path / name).write_text(content)
+        text = text.replace(mounted, str(tmp_path / name))
     cfg = tmp_path / "config.toml"
-    cfg.write_text(text.replace(mounted, str(key)))
+    cfg.write_text(text)
     out = subprocess.run([BIN, "check-config", str(cfg)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
 

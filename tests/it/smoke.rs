@@ -430,11 +430,18 @@ fn check_config_refuses_a_shared_task_store_without_a_shared_key_or_a_readable_p
         missing.display()
     ));
     assert_eq!(code, Some(64), "{err}");
-    assert!(err.contains("tasks.store"), "{err}");
+    assert!(
+        err.contains("tasks.store_password_file: cannot read"),
+        "{err}"
+    );
+    assert!(!err.contains("[auth]"), "said under the store's key: {err}");
     let (code, err) = run(&format!(
         "{key}{store}store_password_env = \"MRTR_TEST_STORE_PASSWORD\"\n"
     ));
     assert_eq!(code, Some(64), "an unset variable: {err}");
-    assert!(err.contains("MRTR_TEST_STORE_PASSWORD"), "{err}");
+    assert!(
+        err.contains("tasks.store_password_env") && err.contains("MRTR_TEST_STORE_PASSWORD"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
