@@ -128,7 +128,6 @@ pub async fn run(listener: TcpListener, app: Arc<App>, shutdown: impl Future<Out
     serve(listeners, app, shutdown).await;
 }
 
-/// Serves `listeners` until `shutdown` resolves, then shuts down as the module doc says.
 // The MCP URL this instance announces to the replicas sharing its task store: the configured
 // one, else the bound listen address when it names one host (not 0.0.0.0 or ::).
 fn advertised(app: &App, listeners: &Listeners) -> Option<http::Uri> {
@@ -137,7 +136,11 @@ fn advertised(app: &App, listeners: &Listeners) -> Option<http::Uri> {
     }
     let bound = listeners.main.local_addr().ok()?;
     if bound.ip().is_unspecified() {
-        tracing::warn!("tasks.store is shared but this instance has no address to announce (listening on every interface): set cluster.advertise or MRTR_CLUSTER_ADVERTISE, or list the replicas in cluster.peers");
+        tracing::warn!(
+            "tasks.store is shared but this instance has no address to announce (listening on \
+             every interface): set cluster.advertise or MRTR_CLUSTER_ADVERTISE, or list the \
+             replicas in cluster.peers"
+        );
         return None;
     }
     format!("http://{bound}{}", app.config.server.mcp_path)
@@ -145,6 +148,7 @@ fn advertised(app: &App, listeners: &Listeners) -> Option<http::Uri> {
         .ok()
 }
 
+/// Serves `listeners` until `shutdown` resolves, then shuts down as the module doc says.
 pub async fn serve(listeners: Listeners, app: Arc<App>, shutdown: impl Future<Output = ()>) {
     let conns = Conns::new(app.config.server.max_connections);
     if let Some(addresses) = app.calls.tasks.addresses() {

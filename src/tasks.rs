@@ -254,7 +254,11 @@ impl Tasks {
         principal: &str,
     ) -> Result<Route, ProxyError> {
         let holder = self.store.holder(id).await?;
-        let adopting = Adopting { principal, answers };
+        let adopting = Adopting {
+            principal,
+            answers,
+            read,
+        };
         Ok(match holder {
             // An earlier process under this instance's id held it (restarted with a fixed
             // `state.instance_id`): it is adopted like any task whose holder is gone.
@@ -281,9 +285,9 @@ impl Tasks {
     // again here, and any other ends failed: its call died with its holder. Only on a request
     // of the task's own principal. One log line per adoption.
     async fn adopt(&self, id: &str, by: Adopting<'_>, ours: bool) -> Result<Route, ProxyError> {
-        // Another request here is adopting it: served from the store meanwhile.
+        // Another request here adopts it: a read is served from the store, the rest retry.
         let Some(_adopting) = self.local.adopting(id) else {
-            return Ok(Route::Here);
+            return by.read.then_some(Route::Here).ok_or_else(busy);
         };
         let record = self.store.get(id).await?;
         let Some(record) = record.filter(|r| r.visible_to(by.principal, now_ms())) else {

@@ -72,6 +72,8 @@ pub(super) async fn fail(
 pub(super) struct Adopting<'a> {
     pub(super) principal: &'a str,
     pub(super) answers: Option<&'a Map<String, Value>>,
+    /// A `tasks/get`: served from the store while another request adopts the task here.
+    pub(super) read: bool,
 }
 
 /// The answers `answers` gives to what `record` asks (each checked against what it answers), as

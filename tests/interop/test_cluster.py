@@ -21,6 +21,8 @@ from test_modern_clients import PyClient, text_of, ts_text
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REPLICAS = 3
+# Tries at starting a cluster on ports probed free (another worker may take one first).
+PORT_ATTEMPTS = 3
 PARALLEL_CALLS = 12
 CALL_TIMEOUT_S = 60
 
@@ -79,8 +81,23 @@ class Cluster:
     `listed`, no replica lists the others in `[cluster] peers`."""
 
     def __init__(self, tmp_path, extra_toml="", upstream_flags=(), named=False, listed=True):
-        self.upstreams, self.proxies, self.configs, self.upstream_urls = [], [], [], []
-        ports = [free_port() for _ in range(REPLICAS)]
+        for attempt in range(PORT_ATTEMPTS):
+            self.upstreams, self.proxies, self.configs, self.upstream_urls = [], [], [], []
+            # The peers must know each other's ports before they start: probed free here, they
+            # may be taken by another worker's process before a replica binds one. Then the
+            # replicas started so far are stopped and the cluster starts again on other ports.
+            ports = [free_port() for _ in range(REPLICAS)]
+            try:
+                self._start(tmp_path, ports, (extra_toml, upstream_flags, named, listed))
+                break
+            except RuntimeError as e:
+                self.close()
+                if "Address already in use" not in str(e) or attempt == PORT_ATTEMPTS - 1:
+                    raise
+        self.nginx, self.url = start_balancer(tmp_path, ports)
+
+    def _start(self, tmp_path, ports, options):
+        extra_toml, upstream_flags, named, listed = options
         peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports) if listed else ""
         for i, port in enumerate(ports):
             config = tmp_path / (f"replica-{i}.toml" if named else "proxy.toml")
@@ -94,7 +111,6 @@ class Cluster:
             self.upstream_urls.append(url)
             self.configs.append(config)
             self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
-        self.nginx, self.url = start_balancer(tmp_path, ports)
 
     def restart(self, i):
         """SIGTERM replica `i`, wait for its drain and exit, and start it again on its port."""
@@ -115,7 +131,8 @@ class Cluster:
         return owner
 
     def close(self):
-        self.nginx.stop()
+        if getattr(self, "nginx", None) is not None:
+            self.nginx.stop()
         for p in self.proxies:
             p.kill()
         for u in self.upstreams:

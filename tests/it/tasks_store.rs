@@ -612,3 +612,30 @@ async fn a_task_past_its_ttl_is_gone_from_the_store_and_unknown_on_every_replica
         })
         .await;
 }
+
+#[tokio::test]
+async fn updates_racing_with_an_adoption_on_one_replica_are_taken_or_retried_never_unknown() {
+    let TwoQuestions {
+        store, m2, b, id, ..
+    } = lost_at_the_second_question().await;
+    until_lease_lapsed(&store, &id).await;
+    // The person's answer, sent again and again on B while one of the sends adopts the task:
+    // each is taken (200) or told to retry (503), never "unknown task".
+    let bob = json!({"inputResponses": {"elicitation-2": {"action": "accept", "content": {"name": "Bob"}}}});
+    let clients: Vec<_> = (0..16).map(|_| b.client(task_caps())).collect();
+    let sends = clients.iter().zip(0u64..).map(|(c, i)| {
+        let (id, bob) = (id.as_str(), bob.clone());
+        async move {
+            tokio::time::sleep(Duration::from_micros(250 * i)).await;
+            on_task(c, "update", id, bob).await
+        }
+    });
+    let answered = futures_util::future::join_all(sends).await;
+    for ex in &answered {
+        assert!(ex.status == 200 || ex.status == 503, "{:?}", ex.last);
+    }
+    assert!(answered.iter().any(|ex| ex.status == 200));
+    let done = until_status(&b.client(task_caps()), &id, "completed").await;
+    assert_eq!(done["result"]["content"][0]["text"], RESULT, "{done}");
+    assert_eq!(m2.calls_of("slow"), 1, "the call ran again once");
+}
