@@ -8,9 +8,7 @@ accepts connections. Every process is killed on teardown.
 import json
 import os
 import re
-import shutil
 import socket
-import subprocess
 import sys
 import time
 import urllib.request
@@ -22,8 +20,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent))
 from procs import STARTUP_TIMEOUT_S, Proc  # noqa: E402  (tests/procs.py, shared with tests/deploy)
-PY_LEGACY = HERE / ".venv" / "mcp1" / "bin" / "python"
-NODE = shutil.which("node") or "node"
+
+import drivers  # noqa: E402
+from drivers import NODE, PY_LEGACY  # noqa: E402  (re-exported: the tests import them from here)
 
 
 def free_port():
@@ -208,13 +207,9 @@ def stack(request):
 
 
 def run_ts_client(url, ops, capabilities=None, timeout=60):
-    cmd = [NODE, str(HERE / "clients" / "ts_modern_client.mjs"), url, json.dumps(ops)]
+    """Runs the modern TS client (clients/ts_modern_client.mjs) in this worker's Node driver
+    (drivers.py); its result."""
+    argv = [url, json.dumps(ops)]
     if capabilities is not None:
-        cmd.append(json.dumps(capabilities))
-    out = subprocess.run(cmd, cwd=str(HERE), capture_output=True, text=True, timeout=timeout)
-    # Split on newlines only: splitlines() also splits on U+2028 and the like, which JSON
-    # strings (an app's HTML) may hold unescaped.
-    lines = [l for l in out.stdout.split("\n") if l.startswith("{")]
-    if not lines:
-        raise AssertionError(f"ts client printed nothing\nstdout:{out.stdout}\nstderr:{out.stderr}")
-    return json.loads(lines[-1])
+        argv.append(json.dumps(capabilities))
+    return drivers.start("node", "ts_modern_client", argv, "ts modern client").result(timeout)

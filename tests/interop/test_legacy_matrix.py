@@ -14,23 +14,22 @@ meanwhile.
 
 Two client operations let a test and its clients wait on each other without sleeping: `heldCall`
 stops the client inside its first elicitation callback and `wait` stops it between operations; each
-prints a line (`HELD` / `WAITING`, with its session id) and goes on when the test writes a line to
-the client's stdin.
+says a line (`HELD` / `WAITING`, with its session id) and goes on when the test resumes it. The
+clients run in this worker's client drivers (drivers.py), each with connections of its own.
 """
 
 import json
 import os
 import re
 import signal
-import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from conftest import HERE, NODE, PY_LEGACY, UPSTREAMS, Proxy, run_ts_client
+import drivers
+from conftest import UPSTREAMS, Proxy, run_ts_client
 from test_modern_clients import PyClient, text_of, ts_text
 from test_stdio_and_sse import children_of
 
@@ -47,78 +46,6 @@ CLIENT_TIMEOUT_S = 60
 SESSION_ID = re.compile(r"^[\x21-\x7e]{16,}$")
 
 
-class LegacyClient:
-    """One legacy client process; reads its stdout lines as they come, answers its HELD/WAITING stops."""
-
-    def __init__(self, kind, url, ops, options=None):
-        if kind == "py":
-            cmd = [str(PY_LEGACY), str(HERE / "clients" / "py_legacy_matrix_client.py")]
-        else:
-            cmd = [NODE, str(HERE / "clients" / "ts_legacy_matrix_client.mjs")]
-        cmd += [url, json.dumps(ops), json.dumps(options or {})]
-        self.kind = kind
-        self.lines = []
-        self.stderr = []
-        self.cond = threading.Condition()
-        self.p = subprocess.Popen(cmd, cwd=str(HERE), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True, bufsize=1)
-        self.readers = [
-            threading.Thread(target=self._read, args=(self.p.stdout, self.lines), daemon=True),
-            threading.Thread(target=self._read, args=(self.p.stderr, self.stderr), daemon=True),
-        ]
-        for reader in self.readers:
-            reader.start()
-
-    def _read(self, stream, into):
-        for line in stream:
-            with self.cond:
-                into.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def wait_for(self, word, timeout=CLIENT_TIMEOUT_S):
-        """Waits for the client's `word {json}` line; returns the json."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                for line in self.lines:
-                    if line.startswith(word + " "):
-                        return json.loads(line[len(word) + 1:])
-                left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None:
-                    raise AssertionError(f"the {self.kind} client never printed {word}:\n{self.transcript()}")
-                self.cond.wait(left)
-
-    def resume(self):
-        self.p.stdin.write("go\n")
-        self.p.stdin.flush()
-
-    def result(self, timeout=CLIENT_TIMEOUT_S):
-        """The client's final JSON line (it exits after printing it)."""
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"the {self.kind} client did not finish:\n{self.transcript()}")
-        for reader in self.readers:
-            reader.join(timeout=10)
-        with self.cond:
-            found = [l for l in self.lines if l.startswith("{")]
-        if not found:
-            raise AssertionError(f"the {self.kind} client printed no result:\n{self.transcript()}")
-        return json.loads(found[-1])
-
-    def transcript(self):
-        with self.cond:
-            return "stdout:\n" + "\n".join(self.lines) + "\nstderr:\n" + "\n".join(self.stderr[-40:])
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-
-
 class Peers:
     """The test's legacy clients and the proxies whose log it shows when the test fails."""
 
@@ -131,7 +58,10 @@ class Peers:
         return proxy
 
     def start(self, kind, url, ops, options=None):
-        client = LegacyClient(kind, url, ops, options)
+        """A legacy client of the `kind` SDK, run in this worker's client driver (drivers.py)."""
+        runtime, script = ("py", "py_legacy_matrix_client") if kind == "py" else ("node", "ts_legacy_matrix_client")
+        client = drivers.start(runtime, script, [url, json.dumps(ops), json.dumps(options or {})],
+                               f"{kind} legacy client")
         self.clients.append(client)
         return client
 
@@ -143,7 +73,7 @@ class Peers:
             client.kill()
         # Printed output is shown only for a failing test: the clients' and the proxies' side.
         for client in self.clients:
-            print(f"--- {client.kind} legacy client\n{client.transcript()}")
+            print(f"--- {client.label}\n{client.transcript()}")
         for proxy, start in self.proxies:
             print("--- proxy log from this test\n" + "\n".join(proxy.proc.lines[start:][-200:]))
 

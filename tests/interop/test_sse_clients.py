@@ -16,8 +16,9 @@ their own; modern clients keep working on the same proxy meanwhile; a client tha
 the proxy listens is served as well as one that comes later.
 
 Two stops make the tests wait on the clients without sleeping: `heldCall` stops a client inside
-its first elicitation callback and `wait` between operations; each prints a line (`HELD` /
-`WAITING`, with the session id) and goes on when the test writes a line to its stdin.
+its first elicitation callback and `wait` between operations; each says a line (`HELD` /
+`WAITING`, with the session id) and goes on when the test resumes it. The clients run in this
+worker's client drivers (drivers.py), each with connections of its own.
 
 The TS SDK's SSEClientTransport loses progress notifications that reach it in the same read as
 the call's answer (it runs notification handlers a microtask later, the answer's at once, and the
@@ -31,8 +32,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import threading
 import time
 import urllib.error
 import urllib.parse
@@ -40,7 +39,8 @@ import urllib.request
 
 import pytest
 
-from conftest import HERE, NODE, PY_LEGACY, UPSTREAMS, Proxy, run_ts_client
+import drivers
+from conftest import UPSTREAMS, Proxy, run_ts_client
 from test_modern_clients import PyClient, text_of, ts_text
 from test_stdio_and_sse import children_of
 
@@ -66,77 +66,6 @@ READY = r"upstream answered initialize; ready"
 SESSION_ID = re.compile(r"^[A-Za-z0-9_\-.~]{16,}$")
 
 
-class SseClient:
-    """One SSE client process; collects its output lines, answers its HELD/WAITING stops."""
-
-    def __init__(self, kind, url, ops):
-        if kind == "py":
-            cmd = [str(PY_LEGACY), str(HERE / "clients" / "py_sse_client.py")]
-        else:
-            cmd = [NODE, str(HERE / "clients" / "ts_sse_client.mjs")]
-        self.kind = kind
-        self.lines, self.stderr = [], []
-        self.cond = threading.Condition()
-        self.p = subprocess.Popen([*cmd, url, json.dumps(ops)], cwd=str(HERE), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1)
-        self.readers = [threading.Thread(target=self._read, args=(s, into), daemon=True)
-                        for s, into in ((self.p.stdout, self.lines), (self.p.stderr, self.stderr))]
-        for r in self.readers:
-            r.start()
-
-    def _read(self, stream, into):
-        for line in stream:
-            with self.cond:
-                into.append(line.rstrip("\n"))
-                self.cond.notify_all()
-        with self.cond:
-            self.cond.notify_all()
-
-    def wait_for(self, word, n=1, timeout=CLIENT_TIMEOUT_S):
-        """Waits for the client's n-th `word {json}` line; returns its json."""
-        deadline = time.monotonic() + timeout
-        with self.cond:
-            while True:
-                seen = [l for l in self.lines if l.startswith(word + " ")]
-                if len(seen) >= n:
-                    return json.loads(seen[n - 1][len(word) + 1:])
-                left = deadline - time.monotonic()
-                if left <= 0 or self.p.poll() is not None:
-                    raise AssertionError(f"the {self.kind} SSE client never printed {word} #{n}:\n{self.transcript()}")
-                self.cond.wait(left)
-
-    def resume(self):
-        try:
-            self.p.stdin.write("go\n")
-            self.p.stdin.flush()
-        except BrokenPipeError:
-            pass  # it exited already; result() says how
-
-    def result(self, timeout=CLIENT_TIMEOUT_S):
-        """The client's final JSON line (it exits after printing it)."""
-        try:
-            self.p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError(f"the {self.kind} SSE client did not finish:\n{self.transcript()}")
-        for r in self.readers:
-            r.join(timeout=10)
-        with self.cond:
-            found = [l for l in self.lines if l.startswith("{")]
-        if not found:
-            raise AssertionError(f"the {self.kind} SSE client printed no result:\n{self.transcript()}")
-        return json.loads(found[-1])
-
-    def transcript(self):
-        with self.cond:
-            return "stdout:\n" + "\n".join(self.lines) + "\nstderr:\n" + "\n".join(self.stderr[-40:])
-
-    def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-        self.p.wait(timeout=10)
-
-
 class Peers:
     """The test's SSE clients, and the proxies whose log is shown when the test fails."""
 
@@ -148,7 +77,9 @@ class Peers:
         return proxy
 
     def start(self, kind, proxy, ops):
-        client = SseClient(kind, sse_url(proxy), ops)
+        """An SSE client of the `kind` SDK, run in this worker's client driver (drivers.py)."""
+        runtime, script = ("py", "py_sse_client") if kind == "py" else ("node", "ts_sse_client")
+        client = drivers.start(runtime, script, [sse_url(proxy), json.dumps(ops)], f"{kind} SSE client")
         self.clients.append(client)
         return client
 
@@ -160,7 +91,7 @@ class Peers:
             c.kill()
         # pytest shows this only for a failing test.
         for c in self.clients:
-            print(f"--- {c.kind} SSE client\n{c.transcript()}")
+            print(f"--- {c.label}\n{c.transcript()}")
         for proxy, start in self.proxies:
             print("--- proxy log from this test\n" + "\n".join(proxy.proc.lines[start:][-300:]))
 

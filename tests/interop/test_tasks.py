@@ -17,7 +17,8 @@ import subprocess
 
 import pytest
 
-from conftest import HERE, NODE, TRANSPORTS, UPSTREAMS, Proxy, run_ts_client
+import drivers
+from conftest import HERE, TRANSPORTS, UPSTREAMS, Proxy, run_ts_client
 from test_cluster import Cluster
 
 FASTMCP_PY = HERE / ".venv" / "fastmcp" / "bin" / "python"
@@ -40,13 +41,9 @@ _tags = (f"task-{n}" for n in itertools.count())
 
 
 def run_tasks_client(url, plan):
-    """Runs the ext-tasks client with `plan`; its transcript (see clients/ts_tasks_client.mjs)."""
-    cmd = [NODE, str(HERE / "clients" / "ts_tasks_client.mjs"), url, json.dumps(plan)]
-    out = subprocess.run(cmd, cwd=str(HERE), capture_output=True, text=True, timeout=CLIENT_TIMEOUT_S)
-    try:
-        transcript = json.loads(out.stdout)
-    except ValueError:
-        raise AssertionError(f"ts tasks client printed no transcript\nstdout:{out.stdout}\nstderr:{out.stderr}")
+    """Runs the ext-tasks client with `plan` in this worker's Node driver (drivers.py); its
+    transcript (see clients/ts_tasks_client.mjs)."""
+    transcript = drivers.start("node", "ts_tasks_client", [url, json.dumps(plan)], "ts tasks client").result(CLIENT_TIMEOUT_S)
     assert "error" not in transcript and "backgroundErrors" not in transcript, json.dumps(transcript, indent=1)
     assert transcript["taskSupport"] == "advertised", "server/discover did not offer the extension"
     return transcript

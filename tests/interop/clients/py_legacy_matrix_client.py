@@ -2,7 +2,8 @@
 and `ClientSession`), driven by a list of operations, answering the server's requests through its
 own callbacks. Prints one JSON line of results at the end.
 
-Usage: python py_legacy_matrix_client.py URL '<ops JSON>' ['<options JSON>']
+Usage: python py_legacy_matrix_client.py URL '<ops JSON>' ['<options JSON>']  (or `run(argv, io)`
+under driven.py)
 options: {"version": "2025-06-18"}  the protocolVersion its initialize asks for (default: the SDK's)
 ops (each result is that op's dict, or {"error": "..."} when it raised):
   {"op":"listTools"}                              → {"tools": [names]}
@@ -24,14 +25,14 @@ The output line: {"protocol", "session", "server", "results", "counts", "http": 
 
 import asyncio
 import json
-import sys
 from datetime import timedelta
 
-import anyio
 import httpx
 import mcp.types as types
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+import driven
 
 CALL_TIMEOUT = timedelta(seconds=20)
 OVERALL_TIMEOUT_S = 55
@@ -40,7 +41,8 @@ OVERALL_TIMEOUT_S = 55
 class Callbacks:
     """The client's answers to server requests, counted; an elicitation can be held (see heldCall)."""
 
-    def __init__(self):
+    def __init__(self, io):
+        self.io = io
         self.counts = {"elicitation": 0, "sampling": 0, "roots": 0}
         self.hold_next_elicitation = False
         self.session_id = lambda: None
@@ -49,7 +51,7 @@ class Callbacks:
         self.counts["elicitation"] += 1
         if self.hold_next_elicitation:
             self.hold_next_elicitation = False
-            await announce_and_wait("HELD", self.session_id())
+            await self.io.stop("HELD", {"session": self.session_id()})
         return types.ElicitResult(action="accept", content={"name": "Linus"})
 
     async def sample(self, context, params):
@@ -65,10 +67,18 @@ class Callbacks:
         return types.ListRootsResult(roots=[types.Root(uri="file:///py-legacy/root", name="py-legacy")])
 
 
-async def announce_and_wait(word, session_id):
-    """Tells the test where we are (one stdout line) and waits until it answers on stdin."""
-    print(f"{word} " + json.dumps({"session": session_id}), flush=True)
-    await anyio.to_thread.run_sync(sys.stdin.readline)
+class PinnedSession(ClientSession):
+    """A ClientSession whose initialize asks for `version` (ClientSession.initialize asks for
+    types.LATEST_PROTOCOL_VERSION: this is how a 1.x client pins an older one, per session)."""
+
+    def __init__(self, *args, version=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.version = version
+
+    async def send_request(self, request, *args, **kwargs):
+        if self.version and isinstance(request.root, types.InitializeRequest):
+            request.root.params.protocolVersion = self.version
+        return await super().send_request(request, *args, **kwargs)
 
 
 def text_of(result):
@@ -108,7 +118,7 @@ async def run_op(s, callbacks, op):
     if kind == "concurrent":
         return {"results": list(await asyncio.gather(*[run_guarded(s, callbacks, sub) for sub in op["ops"]]))}
     if kind == "wait":
-        await announce_and_wait("WAITING", callbacks.session_id())
+        await callbacks.io.stop("WAITING", {"session": callbacks.session_id()})
         return {}
     raise ValueError(f"unknown op {kind}")
 
@@ -120,24 +130,20 @@ async def run_guarded(s, callbacks, op):
         return {"error": f"{type(e).__name__}: {e}"}
 
 
-async def main(url, ops, options):
-    if "version" in options:
-        # ClientSession.initialize asks for types.LATEST_PROTOCOL_VERSION; this is how a 1.x client
-        # pins an older one.
-        types.LATEST_PROTOCOL_VERSION = options["version"]
+async def session(url, ops, options, io):
     http_log = []
 
     async def record(response):
         http_log.append([response.request.method, response.status_code])
 
-    callbacks = Callbacks()
+    callbacks = Callbacks(io)
     out = {"results": [], "counts": callbacks.counts, "http": http_log}
     http = httpx.AsyncClient(timeout=httpx.Timeout(30, read=300), event_hooks={"response": [record]})
     try:
         async with http, streamable_http_client(url, http_client=http) as (read, write, session_id):
             callbacks.session_id = session_id
-            async with ClientSession(
-                read, write,
+            async with PinnedSession(
+                read, write, version=options.get("version"),
                 elicitation_callback=callbacks.elicit,
                 sampling_callback=callbacks.sample,
                 list_roots_callback=callbacks.roots,
@@ -152,11 +158,14 @@ async def main(url, ops, options):
     return out
 
 
-if __name__ == "__main__":
-    url, ops = sys.argv[1], json.loads(sys.argv[2])
-    options = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+async def run(argv, io):
+    url, ops = argv[0], json.loads(argv[1])
+    options = json.loads(argv[2]) if len(argv) > 2 else {}
     try:
-        result = asyncio.run(asyncio.wait_for(main(url, ops, options), OVERALL_TIMEOUT_S))
+        return await asyncio.wait_for(session(url, ops, options, io), OVERALL_TIMEOUT_S)
     except (asyncio.TimeoutError, TimeoutError):
-        result = {"error": "client timed out"}
-    print(json.dumps(result), flush=True)
+        return {"error": "client timed out"}
+
+
+if __name__ == "__main__":
+    driven.by_hand(run)

@@ -2,7 +2,7 @@
 `ClientSession`), driven by a list of operations, answering the server's requests through its own
 callbacks. Prints one JSON line of results at the end.
 
-Usage: python py_sse_client.py SSE_URL '<ops JSON>'
+Usage: python py_sse_client.py SSE_URL '<ops JSON>'  (or `run(argv, io)` under driven.py)
 ops (each result is that op's dict, or {"error": "..."} when it raised):
   {"op":"ping"}                                   → {}
   {"op":"listTools"}                              → {"tools": [names]}
@@ -24,15 +24,14 @@ itself failed.
 
 import asyncio
 import json
-import sys
 from datetime import timedelta
 
-import anyio
-import httpx
 import mcp.types as types
 from mcp import ClientSession
 from mcp.client.sse import sse_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+
+import driven
 
 CALL_TIMEOUT = timedelta(seconds=20)
 OVERALL_TIMEOUT_S = 55
@@ -41,7 +40,8 @@ OVERALL_TIMEOUT_S = 55
 class Callbacks:
     """The client's answers to server requests, counted; an elicitation can be held (heldCall)."""
 
-    def __init__(self):
+    def __init__(self, io):
+        self.io = io
         self.counts = {"elicitation": 0, "sampling": 0, "roots": 0}
         self.hold_next_elicitation = False
         self.session = None
@@ -50,7 +50,7 @@ class Callbacks:
         self.counts["elicitation"] += 1
         if self.hold_next_elicitation:
             self.hold_next_elicitation = False
-            await stop_here("HELD", self.session)
+            await self.io.stop("HELD", {"session": self.session})
         return types.ElicitResult(action="accept", content={"name": "Barbara"})
 
     async def sample(self, context, params):
@@ -64,12 +64,6 @@ class Callbacks:
     async def roots(self, context):
         self.counts["roots"] += 1
         return types.ListRootsResult(roots=[types.Root(uri="file:///py-sse/root", name="py-sse")])
-
-
-async def stop_here(word, session):
-    """Tells the test where the client is (one stdout line) and waits for its line on stdin."""
-    print(f"{word} " + json.dumps({"session": session}), flush=True)
-    await anyio.to_thread.run_sync(sys.stdin.readline)
 
 
 def text_of(result):
@@ -110,7 +104,7 @@ async def run_op(s, callbacks, op):
         callbacks.hold_next_elicitation = True
         return text_of(await s.call_tool(op["name"], args, read_timeout_seconds=CALL_TIMEOUT))
     if kind == "wait":
-        await stop_here("WAITING", callbacks.session)
+        await callbacks.io.stop("WAITING", {"session": callbacks.session})
         return {}
     raise ValueError(f"unknown op {kind}")
 
@@ -143,9 +137,9 @@ class HttpLog:
             await asyncio.wait_for(self.changed.wait_for(lambda: self.in_flight == 0), 10)
 
 
-async def main(url, ops):
+async def session(url, ops, io):
     http_log = HttpLog()
-    callbacks = Callbacks()
+    callbacks = Callbacks(io)
     out = {"results": [], "counts": callbacks.counts, "http": http_log.entries}
 
     def recording_client(headers=None, timeout=None, auth=None):
@@ -181,10 +175,13 @@ async def main(url, ops):
     return out
 
 
-if __name__ == "__main__":
-    url, ops = sys.argv[1], json.loads(sys.argv[2])
+async def run(argv, io):
+    url, ops = argv[0], json.loads(argv[1])
     try:
-        result = asyncio.run(asyncio.wait_for(main(url, ops), OVERALL_TIMEOUT_S))
+        return await asyncio.wait_for(session(url, ops, io), OVERALL_TIMEOUT_S)
     except (asyncio.TimeoutError, TimeoutError):
-        result = {"error": "client timed out"}
-    print(json.dumps(result), flush=True)
+        return {"error": "client timed out"}
+
+
+if __name__ == "__main__":
+    driven.by_hand(run)
