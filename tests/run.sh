@@ -35,10 +35,30 @@ part() {
   part_start=$SECONDS
   if [ -n "$part_name" ]; then echo "== $part_name"; fi
 }
+# Work begun in the background (the build, CI's fuzzing), each in a process group of its own
+# (setsid) so that a run that fails first stops all of it: its pid, and a file holding its output,
+# shown when it is waited for.
+declare -A bg_pid bg_log
+background() {
+  local name=$1
+  shift
+  bg_log[$name]="$(mktemp)"
+  setsid "$@" >"${bg_log[$name]}" 2>&1 &
+  bg_pid[$name]=$!
+}
+await_background() {
+  local name=$1 status=0
+  wait "${bg_pid[$name]}" || status=$?
+  unset "bg_pid[$name]"
+  cat "${bg_log[$name]}"
+  rm -f "${bg_log[$name]}"
+  if [ "$status" -ne 0 ]; then exit "$status"; fi
+}
+
 report() {
   local status=$?
-  # A part that failed leaves the background fuzzing running: it stops with the run.
-  if [ -n "${fuzz_pid:-}" ]; then kill -- "-$fuzz_pid" 2>/dev/null || true; fi
+  # A part that failed leaves background work running: it stops with the run.
+  for pid in "${bg_pid[@]}"; do kill -- "-$pid" 2>/dev/null || true; done
   part ""
   echo "== times"
   printf '%s\n' "${summary[@]}"
@@ -47,47 +67,41 @@ report() {
 }
 trap report EXIT
 
-fuzz_log=""
 if $ci; then
   # The fuzzing is CPU for one core once built: it overlaps the installs and the build.
-  # In a process group of its own (setsid), so that a run that fails first stops all of it.
-  fuzz_log="$(mktemp)"
-  setsid bash -c 'start=$SECONDS; status=0; bash fuzz/run.sh || status=$?
-    echo "   (fuzzing took $((SECONDS - start))s in the background)"; exit "$status"' \
-    >"$fuzz_log" 2>&1 &
-  fuzz_pid=$!
+  background fuzzing bash -c 'start=$SECONDS; status=0; bash fuzz/run.sh || status=$?
+    echo "   (fuzzing took $((SECONDS - start))s in the background)"; exit "$status"'
 fi
 
+# A Python venv holding exactly the pinned packages given, made once: a stamp in it names them,
+# so a second run checks one file instead of asking pip.
+pinned_venv() {
+  local dir=$1
+  shift
+  if [ "$(cat "$dir/.pinned" 2>/dev/null)" != "$*" ]; then
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q "$@"
+    echo "$*" >"$dir/.pinned"
+  fi
+}
+
+# The build begins at once, beside the installs below (which wait on the network more than on
+# the CPU); its output is shown when the build part is reached.
+background build cargo build --locked --tests --bins
+
 part "installing real peers (pinned; cached when present)"
-if ! "$interop/.venv/mcp1/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 1.30.0$'; then
-  python3 -m venv "$interop/.venv/mcp1"
-  "$interop/.venv/mcp1/bin/pip" install -q 'mcp==1.30.0'
-fi
-if ! "$interop/.venv/mcp2/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$' \
-   || ! "$interop/.venv/mcp2/bin/pip" show pytest >/dev/null 2>&1 \
-   || ! "$interop/.venv/mcp2/bin/pip" show pytest-xdist 2>/dev/null | grep -q '^Version: 3.8.0$' \
-   || ! "$interop/.venv/mcp2/bin/pip" show cryptography 2>/dev/null | grep -q '^Version: 50.0.2$' \
-   || ! "$interop/.venv/mcp2/bin/pip" show opentelemetry-proto 2>/dev/null | grep -q '^Version: 1.45.2$'; then
-  python3 -m venv "$interop/.venv/mcp2"
-  # cryptography makes the ES256 / EdDSA key files of test_keys.py; opentelemetry-proto decodes
-  # OTLP/HTTP protobuf in the test trace receiver (tests/interop/otlp_receiver.py); pytest-xdist
-  # runs the suite in parallel.
-  "$interop/.venv/mcp2/bin/pip" install -q 'mcp==2.3.0' 'pytest==9.2.0' 'pytest-xdist==3.8.0' \
-    'cryptography==50.0.2' 'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
-fi
+pinned_venv "$interop/.venv/mcp1" 'mcp==1.30.0'
+# cryptography makes the ES256 / EdDSA key files of test_keys.py; opentelemetry-proto decodes
+# OTLP/HTTP protobuf in the test trace receiver (tests/interop/otlp_receiver.py); pytest-xdist
+# runs the suite in parallel.
+pinned_venv "$interop/.venv/mcp2" 'mcp==2.3.0' 'pytest==9.2.0' 'pytest-xdist==3.8.0' \
+  'cryptography==50.0.2' 'opentelemetry-proto==1.45.2' 'protobuf==7.36.2'
 # FastMCP's tasks client (tests/interop/clients/py_tasks_client.py): a second ecosystem's client
 # of the tasks extension; it pins fastmcp-slim 4.1.4 itself.
-if ! "$interop/.venv/fastmcp/bin/pip" show fastmcp-tasks 2>/dev/null | grep -q '^Version: 4.1.4$' \
-   || ! "$interop/.venv/fastmcp/bin/pip" show mcp 2>/dev/null | grep -q '^Version: 2.3.0$'; then
-  python3 -m venv "$interop/.venv/fastmcp"
-  "$interop/.venv/fastmcp/bin/pip" install -q 'fastmcp-tasks==4.1.4' 'mcp==2.3.0'
-fi
+pinned_venv "$interop/.venv/fastmcp" 'fastmcp-tasks==4.1.4' 'mcp==2.3.0'
 deploy_venv=tests/deploy/.venv
-if ! "$deploy_venv/bin/pip" show kubernetes-validate 2>/dev/null | grep -q '^Version: 1.37.0$' \
-   || ! "$deploy_venv/bin/pip" show pytest >/dev/null 2>&1; then
-  python3 -m venv "$deploy_venv"
-  "$deploy_venv/bin/pip" install -q 'kubernetes-validate==1.37.0' 'pytest==9.2.0'
-fi
+pinned_venv "$deploy_venv" 'kubernetes-validate==1.37.0' 'pytest==9.2.0'
 if [ ! -d "$interop/node_modules/@modelcontextprotocol/client" ] || [ "$interop/package-lock.json" -nt "$interop/node_modules/.package-lock.json" ]; then
   (cd "$interop" && npm ci --no-audit --no-fund --loglevel=error)
 fi
@@ -140,7 +154,8 @@ fi
 
 # One build of everything the tests run: the test binaries and target/debug/mrtr-proxy, which
 # the in-process smoke tests and the interop suite both use.
-part "build (binary and test binaries, once)"
+part "build (binary and test binaries, once; begun beside the installs)"
+await_background build
 cargo nextest run --locked --no-run
 cargo build --locked --bins
 bin="$(cd "${CARGO_TARGET_DIR:-target}" && pwd)/debug/mrtr-proxy"
@@ -150,8 +165,9 @@ cargo nextest run --locked --no-fail-fast
 cargo test --locked --doc
 
 # The interop tests spend much of their time waiting on the peers they start: three workers per
-# core (on 2 cores: 4 workers 7 min 45 s, 8 workers 6 min 48 s, using 1.2 and 1.5 cores). The tests that share a module-scoped stack go to one worker together (conftest.py marks
-# them), so each stack still starts once.
+# core. The tests that share a module-scoped stack go to one worker together (conftest.py marks
+# them), so each stack still starts once; each worker runs its SDK clients in one Python and one
+# Node driver (tests/interop/drivers.py) instead of a process per client.
 workers=${MRTR_INTEROP_WORKERS:-$(( $(nproc) * 3 ))}
 part "interop: official SDK peers through the proxy ($workers workers)"
 parallel=()
@@ -164,12 +180,7 @@ MRTR_PROXY_BIN="$bin" "$deploy_venv/bin/python" -m pytest -q -p no:cacheprovider
 
 if $ci; then
   part "fuzzing: every target 15 s (started in the background at the beginning)"
-  fuzz_status=0
-  wait "$fuzz_pid" || fuzz_status=$?
-  fuzz_pid=""
-  cat "$fuzz_log"
-  rm -f "$fuzz_log"
-  if [ "$fuzz_status" -ne 0 ]; then exit "$fuzz_status"; fi
+  await_background fuzzing
 
   # A seconds-long smoke of the benchmark harness (no thresholds, writes nowhere) so it cannot rot.
   part "benchmark harness smoke"
