@@ -1,113 +1,43 @@
-//! A modern request's params, read without building a tree: checked once as a tree would check
-//! them (`checked`), then the top-level members, and those of `_meta`, are kept as raw JSON text
-//! and parsed one by one where a value is needed; the params sent upstream are written from that
-//! text. A plain `tools/call` thus never holds its arguments as a `serde_json::Value` (the
-//! profile of issue 26: the tree, its clone and its drop were a fifth of the call's
-//! instructions).
+//! A modern request's params, read without building a tree: one pass (`scan`) checks them as a
+//! tree would check them (and stricter: `checked` says which rules and why) and finds the
+//! top-level members, and those of `_meta`, as spans of the params' text, parsed one by one
+//! where a value is needed; the params sent upstream are written from that text. A plain
+//! `tools/call` thus never holds its arguments as a `serde_json::Value` (the profile of issue
+//! 26: the tree, its clone and its drop were a fifth of the call's instructions), and the text is
+//! read once, not checked then split (issue 35).
 
 mod checked;
+mod scan;
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
 
-use serde::de::{
-    Deserialize, DeserializeOwned, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor,
-};
+use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use checked::Refused;
+use scan::Member;
 
 use crate::error::ProxyError;
 use crate::protocol::META_PREFIX;
 use crate::trace_context::{TraceContext, KEYS as TRACE_KEYS};
-
-/// Members of a JSON object, raw, keys in order (as a `serde_json::Map` keeps them; a key named
-/// twice was refused by the check).
-type Members = BTreeMap<String, Box<RawValue>>;
 
 /// Members a modern request has that its legacy form does not: the retry's fields, and `task`
 /// (task augmentation is not offered upstream: a 2025-11-25 upstream would answer with a legacy
 /// task the client could not follow, so the call runs synchronously instead).
 const MODERN_ONLY: [&str; 3] = ["inputResponses", "requestState", "task"];
 
-/// A modern request's params.
+/// A modern request's params: their text, read once (`scan`), and where its members are.
 #[derive(Debug, Default)]
 pub(crate) struct Params {
-    /// The members but `_meta`.
-    members: Members,
+    /// The params as they came.
+    text: Box<str>,
+    /// The members but `_meta`, by key (as a `serde_json::Map` keeps them; a key named twice
+    /// was refused).
+    members: Vec<Member>,
     /// `_meta`'s members, when it is an object (a `_meta` of another type is dropped: the
     /// request is invalid without the protocol version in it).
-    meta: Option<Members>,
-}
-
-// One pass over the params: `_meta`'s members are read as the params' are.
-impl<'de> Deserialize<'de> for Params {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Object;
-        impl<'de> Visitor<'de> for Object {
-            type Value = Params;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("an object")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Params, A::Error> {
-                let mut params = Params::default();
-                while let Some(key) = map.next_key::<String>()? {
-                    if key == "_meta" {
-                        params.meta = map.next_value::<Meta>()?.0;
-                    } else {
-                        let value = map.next_value()?;
-                        params.members.insert(key, value);
-                    }
-                }
-                Ok(params)
-            }
-        }
-        d.deserialize_map(Object)
-    }
-}
-
-/// `_meta`: its members when it is an object.
-struct Meta(Option<Members>);
-
-impl<'de> Deserialize<'de> for Meta {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Any;
-        impl<'de> Visitor<'de> for Any {
-            type Value = Meta;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("any value")
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta, A::Error> {
-                let mut members = Members::new();
-                while let Some((key, value)) = map.next_entry()? {
-                    members.insert(key, value);
-                }
-                Ok(Meta(Some(members)))
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Meta, A::Error> {
-                while seq.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Meta(None))
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Meta, E> {
-                Ok(Meta(None))
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Meta, E> {
-                Ok(Meta(None))
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<Meta, E> {
-                Ok(Meta(None))
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Meta, E> {
-                Ok(Meta(None))
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Meta, E> {
-                Ok(Meta(None))
-            }
-            fn visit_unit<E>(self) -> Result<Meta, E> {
-                Ok(Meta(None))
-            }
-        }
-        d.deserialize_any(Any)
-    }
+    meta: Option<Vec<Member>>,
 }
 
 /// Checks a whole JSON body as [`Params::parse`] checks params: what a tree would refuse, and no
@@ -140,52 +70,72 @@ impl Params {
     /// past serde_json's limit: the members are parsed later, as they are needed); -32602 for
     /// params that are not an object, or name a key twice in any object, or the key serde_json
     /// reserves ([`checked`]).
-    pub(crate) fn parse(raw: Option<&RawValue>) -> Result<Self, ProxyError> {
+    pub(crate) fn parse(raw: Option<Box<RawValue>>) -> Result<Self, ProxyError> {
         let Some(raw) = raw.filter(|r| r.get() != "null") else {
             return Ok(Self::default());
         };
-        match checked::check(raw.get()) {
-            Ok(()) => {}
-            Err(Refused::Malformed(e)) => return Err(ProxyError::Parse(e)),
-            Err(Refused::DuplicateKey) => {
-                return Err(ProxyError::InvalidParams(
-                    "params name a key twice in one object".into(),
-                ))
-            }
-            Err(Refused::ReservedKey) => {
-                return Err(ProxyError::InvalidParams(format!(
-                    "params name the reserved key `{}`",
-                    checked::RESERVED_KEY
-                )))
-            }
+        let text: Box<str> = raw.into();
+        match scan::scan(&text) {
+            Ok(Some((members, meta))) => Ok(Self {
+                text,
+                members,
+                meta,
+            }),
+            Ok(None) => Err(ProxyError::InvalidParams("params must be an object".into())),
+            Err(Refused::Malformed(e)) => Err(ProxyError::Parse(e)),
+            Err(Refused::DuplicateKey) => Err(ProxyError::InvalidParams(
+                "params name a key twice in one object".into(),
+            )),
+            Err(Refused::ReservedKey) => Err(ProxyError::InvalidParams(format!(
+                "params name the reserved key `{}`",
+                checked::RESERVED_KEY
+            ))),
         }
-        serde_json::from_str(raw.get())
-            .map_err(|_| ProxyError::InvalidParams("params must be an object".into()))
     }
 
-    /// Member `key`, raw.
-    fn raw(&self, key: &str) -> Option<&RawValue> {
-        self.members.get(key).map(AsRef::as_ref)
+    /// Member `key`'s text.
+    fn raw(&self, key: &str) -> Option<&str> {
+        find(&self.text, &self.members, key)
     }
 
     /// Whether member `key` is there (`_meta` only as an object).
     pub(crate) fn contains_key(&self, key: &str) -> bool {
-        self.members.contains_key(key) || (key == "_meta" && self.meta.is_some())
+        self.raw(key).is_some() || (key == "_meta" && self.meta.is_some())
     }
 
     /// Member `key` as a `T`; `None` when absent or of another type.
     pub(crate) fn get<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        serde_json::from_str(self.raw(key)?.get()).ok()
+        serde_json::from_str(self.raw(key)?).ok()
     }
 
-    /// `_meta[key]`, raw; `None` when absent.
-    pub(crate) fn meta_raw(&self, key: &str) -> Option<&RawValue> {
-        self.meta.as_ref()?.get(key).map(AsRef::as_ref)
+    /// Member `key` when it is a string: borrowed from the params when it holds no escape.
+    pub(crate) fn string(&self, key: &str) -> Option<Cow<'_, str>> {
+        let raw = self.raw(key)?;
+        match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+            Some(plain) if !plain.contains('\\') => Some(Cow::Borrowed(plain)),
+            _ => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
+        }
+    }
+
+    /// `inputResponses`, the round's answers, read in one typed pass (none when absent).
+    ///
+    /// # Errors
+    /// What to say when it is there but not an object.
+    pub(crate) fn answers(&self) -> Result<Map<String, Value>, &'static str> {
+        match self.raw("inputResponses") {
+            None => Ok(Map::new()),
+            Some(raw) => serde_json::from_str(raw).map_err(|_| "inputResponses must be an object"),
+        }
+    }
+
+    /// `_meta[key]`'s text; `None` when absent.
+    pub(crate) fn meta_raw(&self, key: &str) -> Option<&str> {
+        find(&self.text, self.meta.as_ref()?, key)
     }
 
     /// `_meta[key]` as a `T`; `None` when absent or of another type.
     pub(crate) fn meta<T: DeserializeOwned>(&self, key: &str) -> Option<T> {
-        serde_json::from_str(self.meta.as_ref()?.get(key)?.get()).ok()
+        serde_json::from_str(self.meta_raw(key)?).ok()
     }
 
     /// The params to send upstream: without the modern-only members and `_meta` keys, with the
@@ -193,21 +143,20 @@ impl Params {
     /// and `baggage` members never go as they came); no `_meta` when nothing is left of it.
     /// Written from the members' text: what is kept reaches the upstream as it came.
     pub(crate) fn upstream(&self, trace: &TraceContext) -> Option<Box<RawValue>> {
-        let mut out =
-            Writer::with_capacity(self.members.values().map(|v| v.get().len() + 16).sum());
-        for (key, value) in &self.members {
-            if !MODERN_ONLY.contains(&key.as_str()) {
-                out.member(key, value.get().as_bytes());
+        let text = &*self.text;
+        let mut out = Writer::with_capacity(text.len());
+        for m in &self.members {
+            if !MODERN_ONLY.contains(&m.key(text)) {
+                out.member(m.key(text), m.value(text).as_bytes());
             }
         }
-        let kept = self
-            .meta
-            .iter()
-            .flatten()
-            .filter(|(k, _)| !k.starts_with(META_PREFIX) && !TRACE_KEYS.contains(&k.as_str()));
+        let kept = self.meta.iter().flatten().filter(|m| {
+            let k = m.key(text);
+            !k.starts_with(META_PREFIX) && !TRACE_KEYS.contains(&k)
+        });
         let mut meta = Writer::with_capacity(64);
-        for (key, value) in kept {
-            meta.member(key, value.get().as_bytes());
+        for m in kept {
+            meta.member(m.key(text), m.value(text).as_bytes());
         }
         for (key, value) in trace.members() {
             meta.string(key, value);
@@ -218,6 +167,12 @@ impl Params {
         let text = String::from_utf8(out.close()).ok()?;
         RawValue::from_string(text).ok()
     }
+}
+
+// Member `key`'s text among `members` of `text`.
+fn find<'t>(text: &'t str, members: &'t [Member], key: &str) -> Option<&'t str> {
+    let m = members.iter().find(|m| m.key(text) == key)?;
+    Some(m.value(text))
 }
 
 /// A JSON object being written member by member from text already JSON.
@@ -264,7 +219,7 @@ mod tests {
 
     fn parse(text: &str) -> Params {
         let raw = RawValue::from_string(text.to_owned()).unwrap();
-        Params::parse(Some(&raw)).unwrap()
+        Params::parse(Some(raw)).unwrap()
     }
 
     fn upstream(p: &Params, trace: &TraceContext) -> Value {
@@ -296,10 +251,10 @@ mod tests {
     #[test]
     fn not_an_object_is_invalid_params_and_null_is_none() {
         let raw = RawValue::from_string("[1]".into()).unwrap();
-        let e = Params::parse(Some(&raw)).unwrap_err();
+        let e = Params::parse(Some(raw)).unwrap_err();
         assert_eq!(e.to_error_object().code, -32602);
         let null = RawValue::from_string("null".into()).unwrap();
-        assert!(!Params::parse(Some(&null)).unwrap().contains_key("name"));
+        assert!(!Params::parse(Some(null)).unwrap().contains_key("name"));
         assert!(Params::parse(None)
             .unwrap()
             .meta::<Value>("progressToken")
@@ -311,7 +266,7 @@ mod tests {
         let nested = |n: usize| format!(r#"{{"x":{}"[]{{\"}}"{}}}"#, "[".repeat(n), "]".repeat(n));
         let code = |text: String| {
             let raw = RawValue::from_string(text).unwrap();
-            Params::parse(Some(&raw))
+            Params::parse(Some(raw))
                 .map(|_| ())
                 .map_err(|e| e.to_error_object().code)
         };
@@ -321,6 +276,26 @@ mod tests {
         assert_eq!(code(r#"{"arguments":{"s":"\ud800"}}"#.into()), Err(-32700));
         let twice = r#"{"name":"t","arguments":{"path":"/etc/shadow","path":"/tmp/ok"}}"#;
         assert_eq!(code(twice.into()), Err(-32602));
+    }
+
+    #[test]
+    fn the_answers_are_read_once_into_a_map_and_the_token_borrowed() {
+        let p = parse(r#"{"requestState":"abc","inputResponses":{"k":{"action":"cancel"}}}"#);
+        assert!(matches!(
+            p.string("requestState"),
+            Some(Cow::Borrowed("abc"))
+        ));
+        assert_eq!(
+            p.answers().unwrap()["k"],
+            serde_json::json!({"action":"cancel"})
+        );
+        let escaped = parse(r#"{"requestState":"a\u0062c","inputResponses":null}"#);
+        assert_eq!(escaped.string("requestState").as_deref(), Some("abc"));
+        assert_eq!(escaped.answers(), Err("inputResponses must be an object"));
+        let other = parse(r#"{"requestState":5,"inputResponses":[]}"#);
+        assert_eq!(other.string("requestState"), None);
+        assert!(other.answers().is_err());
+        assert_eq!(parse("{}").answers(), Ok(Map::new()));
     }
 
     #[test]

@@ -40,7 +40,7 @@ pub(super) async fn retry(
     who: Principal,
     inbound: Inbound<'_>,
 ) -> Result<Resumed, ProxyError> {
-    let Some(Value::String(token)) = req.params.get::<Value>("requestState") else {
+    let Some(token) = req.params.string("requestState") else {
         return Err(ProxyError::BadRetry("requestState must be a string".into()));
     };
     let digest = request_digest(&req.method, req.target(), &req.arguments());
@@ -50,15 +50,10 @@ pub(super) async fn retry(
     if let Some(origin) = &claims.origin {
         TraceContext::link(&tracing::Span::current(), origin);
     }
-    let answers: Map<String, Value> = match req.params.get::<Value>("inputResponses") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m,
-        Some(_) => {
-            return Err(ProxyError::BadRetry(
-                "inputResponses must be an object".into(),
-            ))
-        }
-    };
+    let answers = req
+        .params
+        .answers()
+        .map_err(|why| ProxyError::BadRetry(why.into()))?;
     let lost = if claims.issuer == app.tokens.issuer() {
         if claims.approval.is_some() {
             return match approval::answered(app, req, who, (&claims, &answers))? {

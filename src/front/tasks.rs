@@ -60,15 +60,10 @@ pub(super) async fn serve(
             task
         }
         "tasks/update" => {
-            let answers = match req.params.get::<Value>("inputResponses") {
-                Some(Value::Object(m)) => m,
-                Some(_) => {
-                    return Err(ProxyError::InvalidParams(
-                        "inputResponses must be an object".into(),
-                    ))
-                }
-                None => Map::new(),
-            };
+            let answers = req
+                .params
+                .answers()
+                .map_err(|why| ProxyError::InvalidParams(why.into()))?;
             let span = TraceContext::answers_span();
             let credentials = who.credentials.and(req.trace.for_span(&span).headers());
             store
@@ -98,10 +93,9 @@ async fn route(
     inbound: Inbound<'_>,
 ) -> Result<Option<Served>, ProxyError> {
     let read = req.method == "tasks/get";
-    let answers = match req.params.get::<Value>("inputResponses") {
-        Some(Value::Object(m)) if req.method == "tasks/update" => Some(m),
-        _ => None,
-    };
+    let answers = (req.method == "tasks/update")
+        .then(|| req.params.get::<Map<String, Value>>("inputResponses"))
+        .flatten();
     let routed = app
         .calls
         .tasks

@@ -116,7 +116,7 @@ pub(super) fn validate(
         .id
         .ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
     let method = msg.method.unwrap_or_default();
-    let params = Params::parse(msg.params.as_deref())?;
+    let params = Params::parse(msg.params)?;
     let body_version: String = params
         .meta(META_VERSION)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;

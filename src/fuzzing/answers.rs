@@ -50,7 +50,7 @@ pub fn tasks_update(data: &[u8]) {
     let Ok(raw) = serde_json::from_slice::<Box<RawValue>>(&data[newline + 1..]) else {
         return;
     };
-    let Ok(params) = Params::parse(Some(&raw)) else {
+    let Ok(params) = Params::parse(Some(raw)) else {
         return;
     };
     let Some(Value::Object(answers)) = params.get::<Value>("inputResponses") else {

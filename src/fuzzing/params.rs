@@ -45,7 +45,7 @@ pub fn params(data: &[u8]) {
         );
         return;
     };
-    let walked = Params::parse(Some(&raw)).map_err(|e| e.to_error_object().code);
+    let walked = Params::parse(Some(raw)).map_err(|e| e.to_error_object().code);
     match (expected, walked) {
         (Read::Malformed, Err(code)) => assert_eq!(code, PARSE_ERROR),
         (Read::Duplicate | Read::Reserved, Err(code)) => assert_eq!(code, INVALID_PARAMS),

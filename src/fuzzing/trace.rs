@@ -26,7 +26,7 @@ pub fn trace_context(data: &[u8]) {
     let (head, body) = split_head(data);
     let headers = header_lines(head);
     let meta = serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(body).ok();
-    let lookup = |k: &'static str| Some(Carried::of_json(meta.as_ref()?.get(k)?));
+    let lookup = |k: &'static str| Some(Carried::of_json(meta.as_ref()?.get(k)?.get()));
     let (ctx, _) = TraceContext::of(lookup, &headers);
     sent_within_bounds(&ctx);
     let (from_headers, dropped) = TraceContext::of(|_| None, &headers);

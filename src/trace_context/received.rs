@@ -36,8 +36,8 @@ pub(super) enum Source {
 
 impl Carried<'_> {
     /// A `_meta` member, as JSON text.
-    pub(crate) fn of_json(raw: &serde_json::value::RawValue) -> Self {
-        serde_json::from_str::<String>(raw.get()).map_or(Self::Other, |s| Self::Text(s.into()))
+    pub(crate) fn of_json(raw: &str) -> Self {
+        serde_json::from_str::<String>(raw).map_or(Self::Other, |s| Self::Text(s.into()))
     }
 }
 

@@ -6,6 +6,9 @@
 //! what the upstream parses: a tree keeps a duplicated key's last value, another parser may keep
 //! its first; and a tree reads `{"$serde_json::private::RawValue": "<text>"}` as the value
 //! `<text>` holds, where any other parser reads an object.
+//!
+//! A gated legacy body is checked by this walk (`check`); a modern request's params by `scan`,
+//! which makes the same checks in the pass that finds their members.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -108,14 +111,14 @@ impl<'de> Visitor<'de> for Walk {
 
 /// An object's keys so far: borrowed from the text unless they hold escapes.
 #[derive(Default)]
-struct Keys<'de> {
+pub(super) struct Keys<'de> {
     few: Vec<Cow<'de, str>>,
     many: Option<HashSet<Cow<'de, str>>>,
 }
 
 impl<'de> Keys<'de> {
     // False when `key` was there already.
-    fn insert(&mut self, key: Cow<'de, str>) -> bool {
+    pub(super) fn insert(&mut self, key: Cow<'de, str>) -> bool {
         if let Some(set) = &mut self.many {
             return set.insert(key);
         }
