@@ -1,6 +1,7 @@
-//! The differential target of the params walker (`front::params` and its `checked`): the same
-//! bytes read by the walker and by the oracle (`strict`: a tree, plus a check for keys named
-//! twice), which must agree on what is taken and on what goes upstream.
+//! The differential target of the params readers (`front::params`: its `scan` for a modern
+//! request's params, its `checked` walk for a gated body): the same bytes read by them and by
+//! the oracle (`strict`: a tree, plus a check for keys named twice), which must agree on what is
+//! taken and on what goes upstream.
 
 use http::HeaderMap;
 use serde_json::value::RawValue;
