@@ -3,6 +3,11 @@
 //! what a parked call costs and whether that memory comes back once the calls are gone.
 //!
 //! Bounded: CALLS per cycle, CYCLES, and a 120 s wait for expiry each; loopback only.
+//!
+//! `MRTR_BENCH_UPSTREAM=python` parks them in front of the official Python SDK's legacy server
+//! (`tests/interop/servers/py_legacy_server.py` on `tests/interop/.venv/mcp1`, its `ask_name`
+//! tool, no argument) instead of the in-repo Rust upstream; `MRTR_BENCH_CALLS` sets how many
+//! (the Python server is slower to park: 400 is the figure of docs/BENCHMARKS.md § Issue 35).
 
 #![allow(
     clippy::print_stdout,
@@ -22,6 +27,13 @@ mod support;
 
 const CALLS: usize = 3000;
 const CYCLES: usize = 3;
+
+fn calls() -> usize {
+    std::env::var("MRTR_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CALLS)
+}
 
 // `MRTR_BENCH_CYCLES` overrides CYCLES (e.g. 1 for a quicker look).
 fn settle_s() -> u64 {
@@ -45,19 +57,42 @@ fn main() {
 }
 
 async fn run() {
-    let up = DemoUpstream::start().await.expect("demo upstream");
-    let (proxy, url) = spawn_memory_proxy(&up.url());
+    let python = std::env::var("MRTR_BENCH_UPSTREAM").is_ok_and(|v| v == "python");
+    let (_up, upstream) = if python {
+        let server = python_server();
+        let url = server.1.clone();
+        (Upstream::Python(server.0), url)
+    } else {
+        let up = DemoUpstream::start().await.expect("demo upstream");
+        let url = up.url();
+        (Upstream::Rust(up), url)
+    };
+    let calls = calls();
+    let (proxy, url) = spawn_memory_proxy(&upstream, calls);
     let client = ModernClient::new(url.clone(), json!({"elicitation": {"form": {}}}));
     let metrics = url.trim_end_matches("/mcp").to_owned() + "/metrics";
     let start = rss_kib(proxy.id());
-    println!("proxy RSS at start: {start} KiB; {CALLS} calls parked per cycle, {ARG_BYTES} B argument each");
-    let pad = "x".repeat(ARG_BYTES);
+    let pad = if python {
+        String::new()
+    } else {
+        "x".repeat(ARG_BYTES)
+    };
+    let arguments = if python {
+        json!({})
+    } else {
+        json!({"pad": pad})
+    };
+    println!(
+        "proxy RSS at start: {start} KiB; {calls} calls parked per cycle, {} B argument each, {} upstream",
+        pad.len(),
+        if python { "Python SDK" } else { "Rust" }
+    );
     for cycle in 1..=cycles() {
-        for _ in 0..CALLS {
+        for _ in 0..calls {
             let ex = client
                 .request(
                     "tools/call",
-                    json!({"name": "ask_name", "arguments": {"pad": pad}}),
+                    json!({"name": "ask_name", "arguments": arguments}),
                 )
                 .await
                 .expect("park");
@@ -103,10 +138,47 @@ async fn gauge(metrics: &str, name: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn spawn_memory_proxy(upstream: &str) -> (ProxyProcess, String) {
+// What the calls park in front of (kept alive for the run; the Python server is killed with it).
+enum Upstream {
+    Rust(#[expect(dead_code, reason = "held: the upstream serves while it lives")] DemoUpstream),
+    Python(PythonServer),
+}
+
+struct PythonServer(std::process::Child);
+
+impl Drop for PythonServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+// The official Python SDK's legacy server on port 0; returns it and its MCP URL.
+fn python_server() -> (PythonServer, String) {
+    use std::io::BufRead;
+    let root = env!("CARGO_MANIFEST_DIR");
+    let mut child =
+        std::process::Command::new(format!("{root}/tests/interop/.venv/mcp1/bin/python"))
+            .arg(format!("{root}/tests/interop/servers/py_legacy_server.py"))
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("the Python legacy server (tests/interop/.venv/mcp1)");
+    let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = out.lines().map_while(Result::ok);
+    let port = lines
+        .by_ref()
+        .take(100)
+        .find_map(|l| l.strip_prefix("READY ").map(str::to_owned))
+        .expect("READY <port>");
+    std::thread::spawn(move || for _ in lines {});
+    (PythonServer(child), format!("http://127.0.0.1:{port}/mcp"))
+}
+
+fn spawn_memory_proxy(upstream: &str, calls: usize) -> (ProxyProcess, String) {
     let config = format!(
         "[pool]\nmax_sessions = {n}\n[state]\nttl = \"60s\"\nmax_parked = {n}\nmax_parked_per_principal = {n}\n",
-        n = CALLS + 16
+        n = calls + 16
     );
     spawn_proxy(upstream, "mem", &config)
 }

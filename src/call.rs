@@ -70,7 +70,7 @@ pub(crate) use gather::Gather;
 pub(crate) use leg::{Leg, LegEvent, Outcome};
 use phase::Phase;
 use registry::ParkGuard;
-pub(crate) use registry::{ParkedCalls, Retry};
+pub(crate) use registry::{ParkedCalls, Retry, RetrySender};
 use replay_state::ReplayState;
 use rounds::Rounds;
 
@@ -268,7 +268,7 @@ struct LegacyTask {
 /// The call's entry in the registry, from its first round to its end.
 struct Parking {
     guard: ParkGuard,
-    retries: mpsc::Receiver<Retry>,
+    retries: mpsc::Receiver<Box<Retry>>,
 }
 
 // Field order is drop order: the registry entry goes before the lease closes the session, so a
@@ -300,7 +300,7 @@ enum Event {
     Inbox(Bytes),
     ClientGone,
     GatherOver,
-    Retry(Option<Retry>),
+    Retry(Option<Box<Retry>>),
     Expired,
     /// The call has run `task_after` on its exchange: it becomes a task.
     TaskDue,
@@ -465,10 +465,9 @@ impl Call {
         }
     }
 
-    fn server_info(&self) -> Option<&Value> {
-        self.lease
-            .as_ref()
-            .and_then(|l| l.session().init_result().get("serverInfo"))
+    fn server_info(&self) -> Option<Value> {
+        let info = self.lease.as_ref()?.session().server_info()?;
+        serde_json::from_str(info.get()).ok()
     }
 
     fn session(&self) -> Option<Arc<Session>> {

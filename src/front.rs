@@ -470,7 +470,7 @@ async fn discover(
         scope: app.config.results.scope,
     };
     let tasks = app.config.tasks.enabled;
-    let result = rewrite::discover_result(session.init_result(), session.version(), ctx, tasks);
+    let result = rewrite::discover_result(&session.init_result(), session.version(), ctx, tasks);
     let body = crate::jsonrpc::response_bytes(&req.id, &crate::jsonrpc::text(&result));
     Ok(edge::json(StatusCode::OK, HeaderMap::new(), body))
 }

@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::end::turn_away;
 use super::leg::Outcome;
-use super::registry::Retry;
+use super::registry::{Retry, RetrySender};
 use super::rounds::{self, Answered};
 use super::{Call, Parking};
 use crate::error::ProxyError;
@@ -131,7 +130,7 @@ impl Call {
             p.guard.open_round(&claims.token_id, round.keys.clone());
         }
         let deadline = Instant::now() + tokens.ttl();
-        let result = rounds::input_required(&round, &token, self.server_info());
+        let result = rounds::input_required(&round, &token, self.server_info().as_ref());
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
         // Open since the check above: nothing in between finishes the call.
@@ -153,7 +152,7 @@ impl Call {
         if let Some(p) = &self.parking {
             return Ok(p.guard.handle().to_owned());
         }
-        let (tx, retries) = mpsc::channel(1);
+        let (tx, retries) = RetrySender::channel();
         let spec = &self.spec;
         let held = spec.upstream_params.as_ref().map_or(0, |p| p.get().len());
         let guard = self.ctx.parked.register(
@@ -169,7 +168,7 @@ impl Call {
 
     /// A retry whose token the front verified and the registry claimed: deliver its answers,
     /// then run on (every key answered) or ask again for the missing keys.
-    pub(super) async fn on_retry(&mut self, retry: Retry) {
+    pub(super) async fn on_retry(&mut self, retry: Box<Retry>) {
         let claimed = Instant::now();
         self.leg_opened = claimed;
         self.spec.task_after = retry.task_after;

@@ -37,6 +37,28 @@ pub(crate) struct Retry {
     pub(crate) task_after: Option<std::time::Duration>,
 }
 
+/// Where a parked call's retries go. They go boxed: the channel's first block, allocated as the
+/// call parks, holds 32 slots, which is 6.8 KiB of every parked call for 217-byte retries and
+/// 0.3 KiB for pointers (docs/BENCHMARKS.md § Issue 35).
+#[derive(Debug, Clone)]
+pub(crate) struct RetrySender(mpsc::Sender<Box<Retry>>);
+
+impl RetrySender {
+    /// A parked call's retry channel (one retry at a time).
+    pub(crate) fn channel() -> (Self, mpsc::Receiver<Box<Retry>>) {
+        let (tx, rx) = mpsc::channel(1);
+        (Self(tx), rx)
+    }
+
+    /// Hands `retry` to the call.
+    ///
+    /// # Errors
+    /// The call ended (its receiver is gone).
+    pub(crate) async fn send(&self, retry: Retry) -> Result<(), Box<Retry>> {
+        self.0.send(Box::new(retry)).await.map_err(|e| e.0)
+    }
+}
+
 /// What one parked call is charged besides its params: its actor, its upstream streams and
 /// their connection buffers, its session, the registry entry — as measured (`cargo bench
 /// --bench sidecar`, capacity), so that `state.max_parked_memory` bounds real memory.
@@ -63,7 +85,7 @@ pub(crate) struct Parked {
     request: String,
     /// Bytes charged against the total bound.
     bytes: usize,
-    tx: mpsc::Sender<Retry>,
+    tx: RetrySender,
     round: Mutex<Round>,
 }
 
@@ -115,7 +137,7 @@ impl ParkedCalls {
         handle: String,
         (principal, request): (&str, &str),
         held: usize,
-        tx: mpsc::Sender<Retry>,
+        tx: RetrySender,
     ) -> Result<ParkGuard, ProxyError> {
         let bytes = held.saturating_add(PARKED_CALL_OVERHEAD);
         self.quota.admit(principal, bytes)?;
@@ -150,7 +172,7 @@ impl ParkedCalls {
         &self,
         claims: &Claims,
         answers: &Map<String, Value>,
-    ) -> Result<mpsc::Sender<Retry>, ProxyError> {
+    ) -> Result<RetrySender, ProxyError> {
         let entry = match self.map.get(&claims.handle).as_deref() {
             Some(Slot::Live(e)) => Arc::clone(e),
             Some(Slot::Gone { reason, .. }) => return Err(TokenError::Gone(reason.clone()).into()),
@@ -256,7 +278,7 @@ mod tests {
     #[test]
     fn a_claim_is_single_use_and_checks_principal_and_request() {
         let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
-        let (tx, _rx) = mpsc::channel(1);
+        let (tx, _rx) = RetrySender::channel();
         let guard = calls.register("h".into(), ("p", "r"), 0, tx).unwrap();
         let asked = Asked {
             key: "elicitation-1".into(),
@@ -279,7 +301,7 @@ mod tests {
     #[test]
     fn a_round_whose_lock_was_poisoned_still_opens_and_is_claimed() {
         let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
-        let (tx, _rx) = mpsc::channel(1);
+        let (tx, _rx) = RetrySender::channel();
         let guard = calls.register("h".into(), ("p", "r"), 0, tx).unwrap();
         let entry = Arc::clone(&guard.entry);
         let poisoned = std::thread::spawn(move || {
@@ -298,7 +320,7 @@ mod tests {
     #[test]
     fn retiring_closes_the_entry_at_once_and_counts_it_once() {
         let calls = ParkedCalls::new(limits(10), Duration::from_secs(60));
-        let (tx, _rx) = mpsc::channel(1);
+        let (tx, _rx) = RetrySender::channel();
         let mut guard = calls.register("h".into(), ("p", "r"), 100, tx).unwrap();
         assert_eq!(calls.held_bytes(), 100 + PARKED_CALL_OVERHEAD);
         guard.open_round("j1", Arc::new([]));
@@ -335,7 +357,7 @@ mod tests {
             ..limits(10)
         };
         let calls = ParkedCalls::new(bound, Duration::from_secs(60));
-        let (tx, _rx) = mpsc::channel(1);
+        let (tx, _rx) = RetrySender::channel();
         let big = calls
             .register("a".into(), ("p", "r"), PARKED_CALL_OVERHEAD, tx.clone())
             .unwrap();

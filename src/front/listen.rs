@@ -246,7 +246,8 @@ impl Filter {
         exclusive: bool,
         timeout: Duration,
     ) -> Self {
-        let caps = &session.init_result()["capabilities"];
+        let init = session.init_result();
+        let caps = &init["capabilities"];
         let wants = |k: &str| asked.get(k).and_then(Value::as_bool).unwrap_or(false);
         let has_list = |k: &str| caps.get(k).is_some_and(Value::is_object);
         let mut uris = HashSet::new();

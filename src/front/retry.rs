@@ -15,7 +15,7 @@ use super::validate::ModernRequest;
 use crate::app::App;
 use crate::auth::Principal;
 use crate::body::Body;
-use crate::call::{LegEvent, Retry};
+use crate::call::{LegEvent, Retry, RetrySender};
 use crate::cluster::{self, Inbound};
 use crate::edge::{self, Settled};
 use crate::error::ProxyError;
@@ -92,7 +92,7 @@ async fn resume(
     app: &App,
     req: &ModernRequest,
     who: &Principal,
-    (call, answers): (mpsc::Sender<Retry>, Map<String, Value>),
+    (call, answers): (RetrySender, Map<String, Value>),
 ) -> Result<Resumed, ProxyError> {
     let (leg, rx) = open_leg(req);
     let span = TraceContext::answers_span();

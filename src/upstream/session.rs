@@ -40,7 +40,9 @@ pub(crate) struct Session {
     link: Option<Arc<Link>>,
     id: Option<HeaderValue>,
     version: String,
-    init_result: Value,
+    /// Its `InitializeResult` as text: read on the rare requests that need it (discovery, a
+    /// listen stream), and a parked call's session holds ~1 KiB of text, not a ~4 KiB tree.
+    init_result: Option<Box<RawValue>>,
     /// Its `serverInfo` as text (every result of a modern call carries it).
     server_info: Option<Box<RawValue>>,
     credentials: Arc<LiveCredentials>,
@@ -168,7 +170,7 @@ impl Session {
             id,
             version,
             server_info,
-            init_result: result,
+            init_result: crate::jsonrpc::raw(&result),
             credentials: params.credentials,
             next_id: AtomicI64::new(1),
             inbox: Mutex::new(None),
@@ -201,9 +203,12 @@ impl Session {
         self.credentials.renew(newer);
     }
 
-    /// The upstream's `InitializeResult`.
-    pub(crate) fn init_result(&self) -> &Value {
-        &self.init_result
+    /// The upstream's `InitializeResult` (parsed from the text kept).
+    pub(crate) fn init_result(&self) -> Value {
+        self.init_result
+            .as_deref()
+            .and_then(|r| serde_json::from_str(r.get()).ok())
+            .unwrap_or(Value::Null)
     }
 
     /// The upstream's `serverInfo`, as text.
