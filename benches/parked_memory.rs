@@ -141,7 +141,7 @@ async fn gauge(metrics: &str, name: &str) -> u64 {
 // What the calls park in front of (kept alive for the run; the Python server is killed with it).
 enum Upstream {
     Rust(#[expect(dead_code, reason = "held: the upstream serves while it lives")] DemoUpstream),
-    Python(PythonServer),
+    Python(#[expect(dead_code, reason = "held: dropping it stops the server")] PythonServer),
 }
 
 struct PythonServer(std::process::Child);
