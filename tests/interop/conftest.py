@@ -31,6 +31,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+# How many times a stack whose ports were probed free starts again on other ports.
+PORT_ATTEMPTS = 3
+
+
+def on_probed_ports(n, start, stop):
+    """`start(ports)` with `n` ports probed free, for peers that must know their ports before they
+    start (cluster peers, a balancer, a resource URL naming the proxy's port). Another worker's
+    process may take a probed port before it is bound: then `stop()` stops what was started and
+    it all starts again on other ports, up to PORT_ATTEMPTS times."""
+    for attempt in range(PORT_ATTEMPTS):
+        try:
+            return start([free_port() for _ in range(n)])
+        except RuntimeError as e:
+            stop()
+            if "Address already in use" not in str(e) or attempt == PORT_ATTEMPTS - 1:
+                raise
+
+
 def wait_tcp(port, proc, timeout=STARTUP_TIMEOUT_S):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

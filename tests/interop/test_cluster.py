@@ -10,19 +10,18 @@ not invoked again for them; a tool that is not replay-safe gets the call-lost er
 import asyncio
 import shutil
 import signal
+import socket
 import threading
 import time
 
 import pytest
 from mcp.client import Client
 
-from conftest import Proc, Proxy, free_port, run_ts_client, start_py_upstream, wait_tcp
+from conftest import Proc, Proxy, on_probed_ports, run_ts_client, start_py_upstream, wait_tcp
 from test_modern_clients import PyClient, text_of, ts_text
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 REPLICAS = 3
-# Tries at starting a cluster on ports probed free (another worker may take one first).
-PORT_ATTEMPTS = 3
 PARALLEL_CALLS = 12
 CALL_TIMEOUT_S = 60
 
@@ -65,13 +64,18 @@ http {{
 
 def start_balancer(tmp_path, ports):
     """nginx round-robin over the replicas on `ports`: (its process, its MCP URL)."""
-    lb_port = free_port()
     servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in ports)
     conf = tmp_path / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=tmp_path, servers=servers, port=lb_port))
-    nginx = Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)])
-    wait_tcp(lb_port, nginx)
-    return nginx, f"http://127.0.0.1:{lb_port}/mcp"
+    started = []
+
+    def start(lb_ports):
+        [lb_port] = lb_ports
+        conf.write_text(NGINX_CONF.format(dir=tmp_path, servers=servers, port=lb_port))
+        started.append(Proc([NGINX, "-p", str(tmp_path), "-c", str(conf)]))
+        wait_tcp(lb_port, started[-1])
+        return started[-1], f"http://127.0.0.1:{lb_port}/mcp"
+
+    return on_probed_ports(1, start, lambda: started and started[-1].stop())
 
 
 class Cluster:
@@ -81,22 +85,14 @@ class Cluster:
     `listed`, no replica lists the others in `[cluster] peers`."""
 
     def __init__(self, tmp_path, extra_toml="", upstream_flags=(), named=False, listed=True):
-        for attempt in range(PORT_ATTEMPTS):
-            self.upstreams, self.proxies, self.configs, self.upstream_urls = [], [], [], []
-            # The peers must know each other's ports before they start: probed free here, they
-            # may be taken by another worker's process before a replica binds one. Then the
-            # replicas started so far are stopped and the cluster starts again on other ports.
-            ports = [free_port() for _ in range(REPLICAS)]
-            try:
-                self._start(tmp_path, ports, (extra_toml, upstream_flags, named, listed))
-                break
-            except RuntimeError as e:
-                self.close()
-                if "Address already in use" not in str(e) or attempt == PORT_ATTEMPTS - 1:
-                    raise
+        # The peers must know each other's ports before they start.
+        options = (extra_toml, upstream_flags, named, listed)
+        ports = on_probed_ports(REPLICAS, lambda ports: self._start(tmp_path, ports, options), self.close)
         self.nginx, self.url = start_balancer(tmp_path, ports)
 
     def _start(self, tmp_path, ports, options):
+        """The replicas on `ports`; returns the ports."""
+        self.upstreams, self.proxies, self.configs, self.upstream_urls = [], [], [], []
         extra_toml, upstream_flags, named, listed = options
         peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports) if listed else ""
         for i, port in enumerate(ports):
@@ -111,6 +107,7 @@ class Cluster:
             self.upstream_urls.append(url)
             self.configs.append(config)
             self.proxies.append(Proxy(url, config=config, listen=f"127.0.0.1:{port}"))
+        return ports
 
     def restart(self, i):
         """SIGTERM replica `i`, wait for its drain and exit, and start it again on its port."""
@@ -262,3 +259,30 @@ def test_a_rolling_restart_of_every_replica_loses_no_read_only_call(cluster):
     rate = sum(outcomes) / len(outcomes)
     print(f"rolling restart: {sum(outcomes)}/{len(outcomes)} read-only calls completed ({rate:.1%})")
     assert len(outcomes) >= (REPLICAS + 1) * CALLS_BETWEEN_RESTARTS and rate == 1.0
+
+
+def test_a_stack_whose_probed_port_was_taken_starts_again_on_another(monkeypatch):
+    """The harness's answer to a port probed free and taken by another worker's process before it
+    was bound (conftest.on_probed_ports, which every cluster here starts through): what was
+    started is stopped, and it starts again on other ports."""
+    import conftest
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        first = iter([taken.getsockname()[1]])
+        probe = conftest.free_port
+        monkeypatch.setattr(conftest, "free_port", lambda: next(first, None) or probe())
+        tried, stopped = [], []
+
+        def start(ports):
+            tried.append(ports[0])
+            # No upstream: the proxy listens all the same.
+            return Proxy("http://127.0.0.1:9/mcp", listen=f"127.0.0.1:{ports[0]}")
+
+        proxy = conftest.on_probed_ports(1, start, lambda: stopped.append(True))
+        try:
+            assert tried[0] == taken.getsockname()[1] and len(tried) == 2 and stopped == [True], tried
+            assert proxy.url == f"http://127.0.0.1:{tried[1]}/mcp"
+        finally:
+            proxy.kill()

@@ -36,7 +36,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 from mcp.types import ElicitResult
 
-from conftest import HERE, PY_LEGACY, Proc, Proxy, free_port, sse_messages, wait_tcp
+from conftest import HERE, PY_LEGACY, Proc, Proxy, free_port, on_probed_ports, sse_messages, wait_tcp
 from test_cluster import NGINX, NGINX_CONF, REPLICAS
 
 WAIT_S = 30
@@ -151,13 +151,18 @@ client_secret_file = "{secret_file}"
 def start_proxy(tmp_path, upstream_url, toml_for):
     """A proxy on a port chosen first, since its [auth] resource names it; `toml_for(resource)`
     gives the [auth] tables. Its config is tests/interop/proxy.toml plus those."""
-    port = free_port()
-    resource = f"http://127.0.0.1:{port}/mcp"
-    config = tmp_path / f"proxy-{port}.toml"
-    config.write_text((HERE / "proxy.toml").read_text() + toml_for(resource))
-    proxy = Proxy(upstream_url, config=config, listen=f"127.0.0.1:{port}")
-    assert proxy.url == resource, (proxy.url, resource)
-    return proxy
+
+    def start(ports):
+        [port] = ports
+        resource = f"http://127.0.0.1:{port}/mcp"
+        config = tmp_path / f"proxy-{port}.toml"
+        config.write_text((HERE / "proxy.toml").read_text() + toml_for(resource))
+        proxy = Proxy(upstream_url, config=config, listen=f"127.0.0.1:{port}")
+        assert proxy.url == resource, (proxy.url, resource)
+        return proxy
+
+    # A proxy that failed to start has exited: nothing to stop.
+    return on_probed_ports(1, start, lambda: None)
 
 
 def secret_file(tmp_path):
@@ -400,20 +405,28 @@ def passthrough(tmp_path_factory):
     server's issuer ends in "/": mcp==1.30.0 writes a root issuer with a trailing slash into its
     metadata, and the 2.3.0 client compares issuers as strings (RFC 8414 §3.3)."""
     tmp = tmp_path_factory.mktemp("oauth-passthrough")
-    auth, up, proxy = AuthServer("--trailing-slash"), None, None
-    try:
-        port = free_port()
+    auth, started = AuthServer("--trailing-slash"), []
+
+    def start(ports):
+        # The upstream's metadata names the proxy's URL: its port is chosen first.
+        [port] = ports
         resource = f"http://127.0.0.1:{port}/mcp"
-        up = Upstream("--auth", auth.issuer, "--resource", resource)
+        started.append(Upstream("--auth", auth.issuer, "--resource", resource))
         config = tmp / "proxy.toml"
         config.write_text((HERE / "proxy.toml").read_text()
                           + auth_toml(resource, auth.issuer, auth.base, require=False))
-        proxy = Proxy(up.url, config=config, listen=f"127.0.0.1:{port}")
-        yield {"as": auth, "up": up, "proxy": proxy, "resource": resource}
+        started.append(Proxy(started[0].url, config=config, listen=f"127.0.0.1:{port}"))
+        return {"as": auth, "up": started[0], "proxy": started[1], "resource": resource}
+
+    def stop():
+        while started:
+            started.pop().kill()
+
+    try:
+        yield on_probed_ports(1, start, stop)
     finally:
-        for p in (proxy, up, auth):
-            if p is not None:
-                p.kill()
+        stop()
+        auth.kill()
 
 
 MODES = ["rs", "introspecting", "passthrough"]
@@ -696,8 +709,12 @@ class OAuthCluster:
             raise
 
     def _start(self, tmp_path, auth):
-        ports = [free_port() for _ in range(REPLICAS)]
-        lb_port = free_port()
+        # The replicas and the balancer must know their ports before they start.
+        on_probed_ports(REPLICAS + 1, lambda ports: self._start_on(tmp_path, auth, ports), self.close)
+
+    def _start_on(self, tmp_path, auth, ports):
+        self.upstreams, self.proxies, self.nginx = [], [], None
+        *ports, lb_port = ports
         self.url = f"http://127.0.0.1:{lb_port}/mcp"
         peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports)
         config = tmp_path / "proxy.toml"

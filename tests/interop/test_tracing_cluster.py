@@ -20,7 +20,7 @@ import signal
 
 import pytest
 
-from conftest import Proxy, free_port
+from conftest import Proxy, on_probed_ports
 from otlp_receiver import OtlpReceiver
 from test_cluster import REPLICAS, start_balancer
 from test_tracing import (
@@ -61,7 +61,17 @@ class TracedCluster:
 
     def __init__(self, tmp_path, rx):
         self.upstreams, self.bases, self.proxies, self.nginx = [], [], [], None
-        ports = [free_port() for _ in range(REPLICAS)]
+        try:
+            # The peers must know each other's ports before they start.
+            ports = on_probed_ports(REPLICAS, lambda ports: self._start(tmp_path, rx, ports), self.close)
+            self.nginx, self.url = start_balancer(tmp_path, ports)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start(self, tmp_path, rx, ports):
+        """The replicas on `ports`; returns the ports."""
+        self.upstreams, self.bases, self.proxies = [], [], []
         peers = ", ".join(f'"http://127.0.0.1:{p}/mcp"' for p in ports)
         config = tmp_path / "proxy.toml"
         config.write_text(
@@ -69,16 +79,12 @@ class TracedCluster:
             f'[server]\nshutdown_grace = "1s"\n[cluster]\npeers = [{peers}]\n'
             f'[telemetry]\notlp_endpoint = "{rx.endpoint}"\nservice_name = "{SERVICE}"\nsample_ratio = 1.0\n'
         )
-        try:
-            for port in ports:
-                up, base = start_trace_upstream()
-                self.upstreams.append(up)
-                self.bases.append(base)
-                self.proxies.append(start_replica(base + "/mcp", config, f"127.0.0.1:{port}"))
-            self.nginx, self.url = start_balancer(tmp_path, ports)
-        except BaseException:
-            self.close()
-            raise
+        for port in ports:
+            up, base = start_trace_upstream()
+            self.upstreams.append(up)
+            self.bases.append(base)
+            self.proxies.append(start_replica(base + "/mcp", config, f"127.0.0.1:{port}"))
+        return ports
 
     def stop(self, i, sig):
         """Sends `sig` to replica `i` (its upstream stays) and waits for it to be gone."""
