@@ -2,6 +2,8 @@
 //! error codes, for both eras.
 //! Depends on nothing, so every module can name the wire without depending on another's logic.
 
+use http::HeaderName;
+
 /// The one modern protocol version served.
 pub(crate) const MODERN_VERSION: &str = "2026-07-28";
 /// The legacy version asked for in `initialize` unless `upstream.protocol_version` says otherwise.
@@ -24,14 +26,17 @@ pub(crate) const META_SUBSCRIPTION_ID: &str = "io.modelcontextprotocol/subscript
 /// `server/discover`'s `capabilities.extensions`.
 pub(crate) const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
 
+// Header names are constants, not text: a lookup by text parses and lowercases the name
+// first, on every request.
+
 /// `MCP-Protocol-Version`: mirrored from `_meta` (modern), the negotiated version (legacy).
-pub(crate) const VERSION_HEADER: &str = "mcp-protocol-version";
+pub(crate) const VERSION_HEADER: HeaderName = HeaderName::from_static("mcp-protocol-version");
 /// `Mcp-Method`: mirrors the JSON-RPC method (modern).
-pub(crate) const METHOD_HEADER: &str = "mcp-method";
+pub(crate) const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method");
 /// `Mcp-Name`: mirrors the tool / prompt name or resource uri (modern).
-pub(crate) const NAME_HEADER: &str = "mcp-name";
+pub(crate) const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 /// `Mcp-Session-Id`: the legacy session.
-pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+pub(crate) const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// Parse error (invalid JSON).
 pub(crate) const PARSE_ERROR: i64 = -32700;

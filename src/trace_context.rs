@@ -71,7 +71,10 @@ impl TraceContext {
     /// body is not looked at), as [`Self::of`] checks them, in place: what does not validate is
     /// removed, what is past the bounds cut, the rest left as it came. What was dropped.
     pub(crate) fn check_headers(headers: &mut HeaderMap) -> Dropped {
-        if !KEYS.iter().any(|k| headers.contains_key(*k)) {
+        if !received::HEADER_NAMES
+            .iter()
+            .any(|k| headers.contains_key(k))
+        {
             return Dropped::default();
         }
         // Each key's header: `None` removed, `Some(None)` left as it came, else rebuilt.
@@ -92,14 +95,14 @@ impl TraceContext {
                 };
             })
         };
-        for (key, value) in KEYS.iter().zip(sent) {
+        for (key, value) in received::HEADER_NAMES.iter().zip(sent) {
             match value {
                 None => {
-                    headers.remove(*key);
+                    headers.remove(key);
                 }
                 Some(None) => {}
                 Some(Some(v)) => {
-                    headers.insert(*key, v);
+                    headers.insert(key, v);
                 }
             }
         }

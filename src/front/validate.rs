@@ -2,7 +2,7 @@
 //! check), `_meta`, version and method routing, into a [`ModernRequest`]. Pure functions over
 //! headers and a parsed envelope; no IO.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
@@ -173,7 +173,7 @@ pub(super) fn looks_modern(headers: &HeaderMap, msg: &Message) -> bool {
     params.get().contains(META_VERSION) || header_str(headers, METHOD_HEADER).is_some()
 }
 
-fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+fn header_str(headers: &HeaderMap, name: HeaderName) -> Option<&str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())

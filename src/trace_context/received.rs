@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use super::w3c::{self, Kept};
 use crate::ops::metrics::{Metrics, TraceDrop, TraceField};
@@ -188,10 +188,19 @@ fn note(dropped: &mut Dropped, field: TraceField, checked: &w3c::Checked) {
     }
 }
 
+/// The three keys as header names, in `KEYS`' order: a lookup by text would parse the name
+/// first, on every request.
+pub(super) static HEADER_NAMES: [HeaderName; 3] = [
+    HeaderName::from_static("traceparent"),
+    HeaderName::from_static("tracestate"),
+    HeaderName::from_static("baggage"),
+];
+
 /// Header `key`: its fields joined by commas (RFC 9110 §5.3: several fields of one name are one
 /// list; several `traceparent`s thus do not parse).
 pub(super) fn header<'h>(headers: &'h HeaderMap, key: &str) -> Option<Carried<'h>> {
-    let mut fields = headers.get_all(key).iter();
+    let name = HEADER_NAMES.iter().find(|n| n.as_str() == key)?;
+    let mut fields = headers.get_all(name).iter();
     let Ok(first) = fields.next()?.to_str() else {
         return Some(Carried::Other);
     };

@@ -31,10 +31,17 @@ impl Credentials {
 
     /// `b` with these headers added.
     pub(crate) fn apply(&self, mut b: http::request::Builder) -> http::request::Builder {
-        for (name, value) in self.0.iter() {
-            b = b.header(name.clone(), value.clone());
+        if let Some(headers) = b.headers_mut() {
+            self.append_to(headers);
         }
         b
+    }
+
+    /// Adds these headers to `headers`.
+    pub(crate) fn append_to(&self, headers: &mut http::HeaderMap) {
+        for (name, value) in self.0.iter() {
+            headers.append(name.clone(), value.clone());
+        }
     }
 
     /// The headers.

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use base64::Engine;
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 
 use crate::error::ProxyError;
 use crate::front::params::Params;
@@ -16,7 +16,7 @@ use crate::protocol::{META_VERSION, METHOD_HEADER, NAME_HEADER, VERSION_HEADER};
 /// the named ones, and on `tasks/*` as the tasks extension asks, so that a balancer can route
 /// by it). A header missing, not matching its body value, sent twice or not decodable is
 /// 400 + -32020; a header of a method not named here is not read.
-const MIRRORED: [Mirror; 8] = [
+static MIRRORED: [Mirror; 8] = [
     Mirror::every(VERSION_HEADER, "MCP-Protocol-Version", Mirrors::Version),
     Mirror::every(METHOD_HEADER, "Mcp-Method", Mirrors::Method),
     Mirror::name("tools/call", "name"),
@@ -30,8 +30,8 @@ const MIRRORED: [Mirror; 8] = [
 /// A row of `MIRRORED`.
 #[derive(Debug)]
 struct Mirror {
-    /// The header (lowercase).
-    header: &'static str,
+    /// The header.
+    header: HeaderName,
     /// Its name as the spec writes it, for messages.
     label: &'static str,
     /// The method that must carry it; `None`: every request.
@@ -78,7 +78,7 @@ pub(super) fn check(
                 &target
             }
         };
-        let mut fields = headers.get_all(row.header).iter();
+        let mut fields = headers.get_all(&row.header).iter();
         let value = match (fields.next(), fields.next()) {
             (Some(v), None) => decode_header_value(v.as_bytes()),
             (None, _) => {
@@ -125,7 +125,7 @@ pub(crate) fn decode_header_value(raw: &[u8]) -> Option<Cow<'_, str>> {
 }
 
 impl Mirror {
-    const fn every(header: &'static str, label: &'static str, mirrors: Mirrors) -> Self {
+    const fn every(header: HeaderName, label: &'static str, mirrors: Mirrors) -> Self {
         Self {
             header,
             label,
@@ -215,12 +215,12 @@ mod tests {
                     .collect();
                 let other = |v: &str| -> Vec<_> {
                     let mut p = without.clone();
-                    p.push((row.header, v.to_owned()));
+                    p.push((row.header.as_str(), v.to_owned()));
                     p
                 };
                 let mut twice = pairs.clone();
                 twice.push((
-                    row.header,
+                    row.header.as_str(),
                     pairs
                         .iter()
                         .find(|(k, _)| *k == row.header)

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use http::{header, HeaderName, HeaderValue, Method, Request};
+use http::{header, HeaderValue, Method, Request};
 use serde_json::{json, Value};
 
 use crate::body;
@@ -110,27 +110,39 @@ pub(crate) fn base_request(
     version: Option<&str>,
     credentials: &Credentials,
 ) -> http::request::Builder {
-    // Names and fixed values made from static text: nothing parsed or copied per request.
+    // Names and fixed values made from static text: nothing parsed or copied per request; the
+    // headers are set in place (each builder step moves the whole request head).
     let mut b = Request::builder()
         .method(method.clone())
-        .uri(client.uri().clone())
-        .header(
+        .uri(client.uri().clone());
+    let version = match version {
+        None => None,
+        Some(v) => match HeaderValue::from_str(v) {
+            Ok(v) => Some(v),
+            // Not a header value: the builder carries the error, and the request fails on it.
+            Err(_) => return b.header(VERSION_HEADER, v),
+        },
+    };
+    if let Some(h) = b.headers_mut() {
+        h.append(
             header::ACCEPT,
             HeaderValue::from_static("application/json, text/event-stream"),
         );
-    if method == Method::POST {
-        b = b.header(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        if method == Method::POST {
+            h.append(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+        }
+        if let Some(s) = session {
+            h.append(SESSION_HEADER, s.clone());
+        }
+        if let Some(v) = version {
+            h.append(VERSION_HEADER, v);
+        }
+        credentials.append_to(h);
     }
-    if let Some(s) = session {
-        b = b.header(HeaderName::from_static(SESSION_HEADER), s.clone());
-    }
-    if let Some(v) = version {
-        b = b.header(HeaderName::from_static(VERSION_HEADER), v);
-    }
-    credentials.apply(b)
+    b
 }
 
 pub(super) async fn drain(
