@@ -15,6 +15,7 @@ mod approvals;
 mod auth;
 mod cluster;
 mod labels;
+mod series;
 mod snapshot;
 mod spans;
 mod tasks;
@@ -29,22 +30,20 @@ pub(crate) use labels::{
     TokenRejection, TraceDrop, TraceField, UpstreamFailure,
 };
 use labels::{
-    AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LatencyLabels,
-    LimitLabel, ReasonLabel, Reload, ReloadLabel, RequestLabels,
+    AcceptLabel, CapabilityLabel, DirectionLabel, GatherLabel, KindLabel, LimitLabel, ReasonLabel,
+    Reload, ReloadLabel,
 };
+use series::Requests;
 pub(crate) use snapshot::Snapshot;
 pub(crate) use spans::spans_dropped;
 pub(crate) use tasks::{Adopted, StoreOp, TaskMetrics};
 pub(crate) use trace_context::TraceContextMetrics;
 
-type Histograms<L> = Family<L, Histogram, fn() -> Histogram>;
-
 /// Every metric of the process (one instance in `App`).
 #[derive(Debug)]
 pub(crate) struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    latency: Histograms<LatencyLabels>,
+    requests: Requests,
     rounds: Counter,
     gathers: Family<GatherLabel, Counter>,
     input_requests: Counter,
@@ -110,8 +109,7 @@ impl Metrics {
         let relayed_to_client = series(Direction::ToClient);
         let mut m = Self {
             registry: Registry::with_prefix("mrtr"),
-            requests: Family::default(),
-            latency: Family::new_with_constructor(latency_histogram),
+            requests: Requests::new(latency_histogram),
             rounds: Counter::default(),
             gathers: Family::default(),
             input_requests: Counter::default(),
@@ -152,12 +150,7 @@ impl Metrics {
 
     fn register(&mut self) {
         let r = &mut self.registry;
-        r.register(
-            "requests",
-            "Requests answered, by era, method and outcome",
-            self.requests.clone(),
-        );
-        r.register_with_unit("request_duration", "Time from a request to its last answered message (modern) or its response head (legacy relay)", Unit::Seconds, self.latency.clone());
+        self.requests.register(r);
         r.register("rounds", "input_required results sent", self.rounds.clone());
         r.register(
             "round_gathers",
@@ -318,16 +311,7 @@ impl Metrics {
 
     /// A request ended with `outcome` after `elapsed`.
     pub(crate) fn request(&self, era: Era, method: Method, outcome: Outcome, elapsed: Duration) {
-        self.requests
-            .get_or_create(&RequestLabels {
-                era,
-                method,
-                outcome,
-            })
-            .inc();
-        self.latency
-            .get_or_create(&LatencyLabels { era, method })
-            .observe(elapsed.as_secs_f64());
+        self.requests.count(era, method, outcome, elapsed);
     }
 
     /// An `input_required` round with `keys` input requests was sent.

@@ -4,6 +4,14 @@
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 
 // A bounded label: an enum whose every value is a fixed string.
+/// A label value's place in its list: series of a family can then be kept in an array.
+pub(super) trait Dense: Copy {
+    /// How many values the label has.
+    const COUNT: usize;
+    /// This value's place, below [`Self::COUNT`].
+    fn index(self) -> usize;
+}
+
 macro_rules! label_values {
     ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $variant:ident => $label:literal,)* }) => {
         $(#[$m])*
@@ -14,6 +22,13 @@ macro_rules! label_values {
             /// The label value.
             pub(crate) fn as_str(self) -> &'static str {
                 match self { $(Self::$variant => $label,)* }
+            }
+        }
+
+        impl Dense for $name {
+            const COUNT: usize = [$(stringify!($variant)),*].len();
+            fn index(self) -> usize {
+                self as usize
             }
         }
 
