@@ -52,30 +52,23 @@ struct TopKeys {
     cache_scope: Option<IgnoredAny>,
 }
 
-/// Rewrites a legacy result (raw JSON object) of `method` into the modern shape.
-pub(crate) fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
-    let cacheable = is_cacheable(method);
-    let needs_tree = method == "tools/list";
-    if !needs_tree {
-        if let Ok(keys) = serde_json::from_str::<TopKeys>(raw) {
-            let clash = keys.meta.is_some()
-                || keys.result_type.is_some()
-                || keys.ttl_ms.is_some()
-                || keys.cache_scope.is_some();
-            if !clash {
-                return splice(raw, method, ctx);
-            }
-        }
+/// Rewrites a legacy result (raw JSON object) of `method` into the modern shape, written at
+/// the end of `out` (the response being built around it).
+pub(crate) fn write_result(out: &mut String, method: &str, raw: &str, ctx: RewriteCtx<'_>) {
+    if method != "tools/list" && raw.trim_start().starts_with('{') && !adds_a_named_key(raw) {
+        return splice(out, raw, method, ctx);
     }
     let Ok(Value::Object(mut obj)) = serde_json::from_str::<Value>(raw) else {
         // Not an object: wrap nothing, but never emit a result without resultType.
-        return format!(r#"{{"resultType":"complete","value":{raw}}}"#);
+        out.push_str(r#"{"resultType":"complete","value":"#);
+        out.push_str(raw);
+        return out.push('}');
     };
-    if needs_tree {
+    if method == "tools/list" {
         strip_legacy_tool_fields(&mut obj);
     }
     obj.insert("resultType".into(), "complete".into());
-    if cacheable {
+    if is_cacheable(method) {
         obj.insert("ttlMs".into(), ctx.ttl_ms.into());
         obj.insert("cacheScope".into(), ctx.scope.as_str().into());
     }
@@ -88,12 +81,30 @@ pub(crate) fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> St
                 .or_insert_with(|| serde_json::from_str(info.get()).unwrap_or(Value::Null));
         }
     }
-    crate::jsonrpc::text(&Value::Object(obj))
+    out.push_str(&crate::jsonrpc::text(&Value::Object(obj)));
 }
 
-fn splice(raw: &str, method: &str, ctx: RewriteCtx<'_>) -> String {
+// Whether the top level of `raw` (a JSON object) names a key the splice would add. The text is
+// searched first: when no key we add appears in it at all, and no escape could spell one,
+// nothing can clash (the common case, with no parse); otherwise its top-level keys are read.
+fn adds_a_named_key(raw: &str) -> bool {
+    let may = raw.contains("\\u")
+        || ["\"_meta\"", "\"resultType\"", "\"ttlMs\"", "\"cacheScope\""]
+            .iter()
+            .any(|key| raw.contains(key));
+    if !may {
+        return false;
+    }
+    serde_json::from_str::<TopKeys>(raw).map_or(true, |keys| {
+        keys.meta.is_some()
+            || keys.result_type.is_some()
+            || keys.ttl_ms.is_some()
+            || keys.cache_scope.is_some()
+    })
+}
+
+fn splice(out: &mut String, raw: &str, method: &str, ctx: RewriteCtx<'_>) {
     let rest = raw.trim_start().strip_prefix('{').unwrap_or("}");
-    let mut out = String::with_capacity(raw.len() + 160);
     out.push_str(r#"{"resultType":"complete""#);
     if is_cacheable(method) {
         out.push_str(r#","ttlMs":"#);
@@ -114,7 +125,6 @@ fn splice(raw: &str, method: &str, ctx: RewriteCtx<'_>) -> String {
         out.push(',');
     }
     out.push_str(rest);
-    out
 }
 
 // Legacy task support (`execution.taskSupport`) has no meaning for modern clients.
@@ -204,6 +214,44 @@ mod tests {
 
     fn parse(s: &str) -> Value {
         serde_json::from_str(s).unwrap()
+    }
+
+    fn rewrite_result(method: &str, raw: &str, ctx: RewriteCtx<'_>) -> String {
+        let mut out = String::new();
+        write_result(&mut out, method, raw, ctx);
+        out
+    }
+
+    #[test]
+    fn a_key_we_add_only_nested_or_only_in_text_keeps_the_splice() {
+        for raw in [
+            r#"{"content":[{"type":"text","text":"x","_meta":{"a":1}}]}"#,
+            r#"{"content":[{"type":"text","text":"\"resultType\": here"}]}"#,
+        ] {
+            let out = rewrite_result("tools/call", raw, ctx(None));
+            assert!(out.ends_with(&raw[1..]), "{out}");
+            assert_eq!(parse(&out)["resultType"], "complete");
+        }
+    }
+
+    #[test]
+    fn a_top_level_key_we_add_is_merged_however_it_is_spelled() {
+        let info = crate::jsonrpc::raw(&json!({"name":"up"})).unwrap();
+        for raw in [
+            r#"{"_meta":{"k":1},"content":[]}"#,
+            r#"{"\u005fmeta":{"k":1},"content":[]}"#,
+            r#"{"resultType":"old","content":[]}"#,
+        ] {
+            let out = rewrite_result("tools/call", raw, ctx(Some(&info)));
+            // One object, each key once: a tree would refuse nothing, so count the keys.
+            let v: serde_json::Map<String, Value> = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["resultType"], "complete", "{out}");
+            assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "up", "{out}");
+            assert_eq!(out.matches("resultType").count(), 1, "{out}");
+            assert_eq!(out.matches("_meta").count(), 1, "{out}");
+        }
+        let out = rewrite_result("tools/call", r#"{"\u005fmeta":{"k":1}}"#, ctx(None));
+        assert_eq!(parse(&out)["_meta"]["k"], 1, "{out}");
     }
 
     #[test]

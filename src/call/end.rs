@@ -69,9 +69,16 @@ impl Call {
     }
 
     pub(super) fn final_outcome(&self, msg: Message, id: &RawValue) -> Outcome {
-        match self.final_result(msg) {
-            Ok(result) => {
-                Outcome::result(jsonrpc::response_bytes(id, &result), self.upstream_status)
+        // The response is written around the result as it is rewritten: one buffer, one copy.
+        let raw = msg.result.as_ref().map_or(0, |r| r.get().len());
+        let mut out = String::with_capacity(raw + id.get().len() + 200);
+        out.push_str(r#"{"jsonrpc":"2.0","id":"#);
+        out.push_str(id.get());
+        out.push_str(r#","result":"#);
+        match self.write_final(msg, &mut out) {
+            Ok(()) => {
+                out.push('}');
+                Outcome::result(out.into_bytes(), self.upstream_status)
             }
             Err(err) => Outcome::error(&ProxyError::Rpc(err), id),
         }
@@ -79,6 +86,12 @@ impl Call {
 
     /// The upstream's final message for a modern client: the result as JSON text, or the error.
     pub(super) fn final_result(&self, msg: Message) -> Result<String, jsonrpc::ErrorObject> {
+        let mut out = String::new();
+        self.write_final(msg, &mut out).map(|()| out)
+    }
+
+    // `final_result`, written at the end of `out`.
+    fn write_final(&self, msg: Message, out: &mut String) -> Result<(), jsonrpc::ErrorObject> {
         if let Some(err) = msg.error {
             TraceContext::failed(&self.spec.upstream_span, err.code);
             return Err(rewrite::rewrite_error(err));
@@ -99,9 +112,11 @@ impl Call {
         let raw = msg.result.as_ref().map_or("{}", |r| r.get());
         if self.legacy_task.is_some() {
             let raw = legacy_task::without_related_task(raw);
-            return Ok(rewrite::rewrite_result(&self.spec.method, &raw, ctx));
+            rewrite::write_result(out, &self.spec.method, &raw, ctx);
+        } else {
+            rewrite::write_result(out, &self.spec.method, raw, ctx);
         }
-        Ok(rewrite::rewrite_result(&self.spec.method, raw, ctx))
+        Ok(())
     }
 
     /// Ends the call with `err`: on the open exchange, or as a task's final status, or, parked
