@@ -4,7 +4,9 @@
 //! WHATWG event-stream rules that matter for MCP: `\n`, `\r\n` and `\r` line ends, comments, `id:`,
 //! `retry:`, multi-line `data:`, and empty (priming) events. Event size is bounded.
 
-use bytes::{Bytes, BytesMut};
+use std::borrow::Cow;
+
+use bytes::{Buf, Bytes, BytesMut};
 
 /// One dispatched event. Only `data` matters to MCP; `event` and `id` are kept for tests and logs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -67,32 +69,19 @@ impl SseDecoder {
     /// be discarded.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<Vec<Event>, SseError> {
         let mut out = Vec::new();
-        self.buf.extend_from_slice(chunk);
-        loop {
-            if self.skip_lf && !self.buf.is_empty() {
-                if self.buf[0] == b'\n' {
-                    let _ = self.buf.split_to(1);
-                }
-                self.skip_lf = false;
-            }
-            let Some(pos) = self.buf[self.scanned..]
-                .iter()
-                .position(|b| *b == b'\n' || *b == b'\r')
-                .map(|p| p + self.scanned)
-            else {
-                self.scanned = self.buf.len();
-                break;
-            };
-            self.scanned = 0;
-            let line = self.buf.split_to(pos).freeze();
-            let end = self.buf.split_to(1);
-            if end[0] == b'\r' {
-                self.skip_lf = true;
-            }
-            if let Some(ev) = self.line(&line)? {
-                out.push(ev);
-            }
+        if self.buf.is_empty() {
+            // Nothing held over: the chunk's whole lines are read where they are, and only a
+            // line it leaves open is kept.
+            let taken = self.lines(chunk, 0, &mut out)?;
+            self.buf.extend_from_slice(&chunk[taken..]);
+        } else {
+            self.buf.extend_from_slice(chunk);
+            let mut buf = std::mem::take(&mut self.buf);
+            let taken = self.lines(&buf, self.scanned, &mut out)?;
+            buf.advance(taken);
+            self.buf = buf;
         }
+        self.scanned = self.buf.len();
         if self.buf.len() + self.data.len() > self.max_event_bytes {
             return Err(SseError::EventTooLarge {
                 limit: self.max_event_bytes,
@@ -101,27 +90,57 @@ impl SseDecoder {
         Ok(out)
     }
 
-    fn line(&mut self, line: &Bytes) -> Result<Option<Event>, SseError> {
+    // Reads the whole lines at the front of `bytes` (the first one's end searched from
+    // `scanned` on: the bytes before it hold none) into `out`; returns how many bytes they took.
+    fn lines(
+        &mut self,
+        bytes: &[u8],
+        mut scanned: usize,
+        out: &mut Vec<Event>,
+    ) -> Result<usize, SseError> {
+        let mut start = 0;
+        loop {
+            if self.skip_lf && start < bytes.len() {
+                if bytes[start] == b'\n' {
+                    start += 1;
+                }
+                self.skip_lf = false;
+                scanned = scanned.max(start);
+            }
+            let Some(end) = memchr::memchr2(b'\n', b'\r', &bytes[scanned..]).map(|p| p + scanned)
+            else {
+                return Ok(start);
+            };
+            self.skip_lf = bytes[end] == b'\r';
+            if let Some(ev) = self.line(&bytes[start..end])? {
+                out.push(ev);
+            }
+            start = end + 1;
+            scanned = start;
+        }
+    }
+
+    fn line(&mut self, line: &[u8]) -> Result<Option<Event>, SseError> {
         if line.is_empty() {
             return Ok(self.dispatch());
         }
         if line[0] == b':' {
             return Ok(None); // comment / keep-alive
         }
-        let text = String::from_utf8_lossy(line);
-        let (field, value) = match text.find(':') {
+        // The field is ASCII: it is split off before the value is read as text.
+        let (field, value) = match line.iter().position(|b| *b == b':') {
             Some(i) => {
-                let v = &text[i + 1..];
-                (&text[..i], v.strip_prefix(' ').unwrap_or(v))
+                let v = &line[i + 1..];
+                (&line[..i], v.strip_prefix(b" ").unwrap_or(v))
             }
-            None => (&text[..], ""),
+            None => (line, &b""[..]),
         };
         match field {
-            "data" => {
+            b"data" => {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                self.data.push_str(value);
+                self.data.push_str(&text(value));
                 self.has_data = true;
                 if self.data.len() > self.max_event_bytes {
                     return Err(SseError::EventTooLarge {
@@ -129,8 +148,8 @@ impl SseDecoder {
                     });
                 }
             }
-            "event" => self.event = Some(value.to_owned()),
-            "id" if !value.contains('\0') => self.id = Some(value.to_owned()),
+            b"event" => self.event = Some(text(value).into_owned()),
+            b"id" if !value.contains(&0) => self.id = Some(text(value).into_owned()),
             _ => {} // retry: and unknown fields are ignored
         }
         Ok(None)
@@ -143,6 +162,15 @@ impl SseDecoder {
         let id = self.id.take();
         // Priming events (an id and empty data) and bare id lines carry nothing for MCP.
         (has_data && !data.is_empty()).then_some(Event { event, id, data })
+    }
+}
+
+// A field value as text: invalid UTF-8 replaced (U+FFFD), as the event-stream rules decode it.
+// Valid text, the rule, is checked without the replacing decoder's per-chunk walk.
+fn text(value: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(value) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(value),
     }
 }
 
@@ -237,6 +265,18 @@ mod tests {
                 data: "no-space".into(),
             },
         ];
+        assert_eq!(decode_all(f), want);
+        assert_split_invariant(f, &want);
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_in_values_and_unmatched_in_fields() {
+        let f = b"data: a\xffb\nda\xffta: x\nevent: m\xc3\n\n";
+        let want = vec![Event {
+            event: Some("m\u{fffd}".into()),
+            id: None,
+            data: "a\u{fffd}b".into(),
+        }];
         assert_eq!(decode_all(f), want);
         assert_split_invariant(f, &want);
     }

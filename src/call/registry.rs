@@ -67,7 +67,7 @@ pub(crate) const PARKED_CALL_OVERHEAD: usize = crate::config::PARKED_CALL_BYTES;
 /// The registry.
 #[derive(Debug)]
 pub(crate) struct ParkedCalls {
-    map: DashMap<String, Slot>,
+    map: DashMap<String, Slot, foldhash::fast::RandomState>,
     quota: Quota,
     tombstone_ttl: Duration,
 }
@@ -111,7 +111,7 @@ impl ParkedCalls {
     /// An empty registry with the given bounds.
     pub(crate) fn new(limits: HeldBounds, tombstone_ttl: Duration) -> Arc<Self> {
         Arc::new(Self {
-            map: DashMap::new(),
+            map: DashMap::default(),
             quota: Quota::new(limits, "parked calls"),
             tombstone_ttl,
         })

@@ -53,7 +53,7 @@ pub(crate) struct SessionPool {
     protocol_version: String,
     /// Answer to unattributed `roots/list`.
     default_roots: Arc<Vec<Value>>,
-    idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>>>,
+    idle: Mutex<HashMap<PoolKey, Vec<Arc<Session>>, foldhash::fast::RandomState>>,
     permits: Arc<Semaphore>,
     ready: AtomicBool,
     /// Change notifications from every session, for `subscriptions/listen`.
@@ -137,7 +137,7 @@ impl SessionPool {
             protocol_version: upstream.protocol_version.clone(),
             default_roots: Arc::new(upstream.default_roots.clone()),
             cfg,
-            idle: Mutex::new(HashMap::new()),
+            idle: Mutex::new(HashMap::default()),
             permits,
             ready: AtomicBool::new(false),
             changes: Changes::new(CHANGE_BACKLOG),
