@@ -4,7 +4,9 @@
 //! members) → `route`: discover, listen, a retry (`retry`: here, at its owner, or replayed) or a
 //! new call (`start`: the call actor) → `edge` answers, JSON or SSE. The whole pipeline is drawn in docs/ARCHITECTURE.md.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -248,7 +250,14 @@ async fn sse_transport(
 async fn read_body(app: &App, body: Incoming) -> Result<Bytes, ProxyError> {
     let limit = app.config.server.max_body_bytes;
     let deadline = app.config.server.body_read_timeout;
-    match tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await {
+    let mut collect = std::pin::pin!(Limited::new(body, limit).collect());
+    // Most bodies came with their head: one poll takes them before a timer is armed.
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let read = match first {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(deadline, collect).await,
+    };
+    match read {
         Ok(Ok(c)) => Ok(c.to_bytes()),
         Ok(Err(_)) => Err(ProxyError::BodyTooLarge { limit }),
         Err(_) => Err(ProxyError::BodyTimeout { limit: deadline }),
