@@ -112,7 +112,7 @@ pub(crate) struct CallSpec {
     pub(crate) method: String,
     /// Params sent upstream (modern-only fields removed), as JSON text: kept for a re-send
     /// after -32042, and a parked call holds text, not a tree several times its size.
-    pub(crate) upstream_params: Option<Box<RawValue>>,
+    pub(crate) upstream_params: Option<Box<str>>,
     /// Declared client capabilities.
     pub(crate) capabilities: Value,
     /// What the session serving it declares upstream (the pool's key).
@@ -211,7 +211,7 @@ impl CallSpec {
             let arguments = self
                 .upstream_params
                 .as_ref()
-                .and_then(|p| serde_json::from_str::<Arguments>(p.get()).ok())
+                .and_then(|p| serde_json::from_str::<Arguments>(p).ok())
                 .map_or(Value::Null, |a| a.arguments);
             crate::state::request_digest(&self.method, &self.target, &arguments)
         })

@@ -201,8 +201,13 @@ pub(crate) fn notification_bytes(method: &str, params: &Value) -> Vec<u8> {
 /// Serialises a request with an integer id (used toward the upstream). `params` are written as
 /// they are (no tree is built or copied); `None` or `null` leaves them out.
 pub(crate) fn request_bytes(id: i64, method: &str, params: Option<&RawValue>) -> Vec<u8> {
+    request_text_bytes(id, method, params.map(RawValue::get))
+}
+
+/// [`request_bytes`] with `params` as JSON text the proxy wrote itself.
+pub(crate) fn request_text_bytes(id: i64, method: &str, params: Option<&str>) -> Vec<u8> {
     let method = serde_json::to_string(method).unwrap_or_default();
-    let params = params.map(RawValue::get).filter(|p| *p != "null");
+    let params = params.filter(|p| *p != "null");
     let mut out = Vec::with_capacity(48 + method.len() + params.map_or(0, str::len));
     out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     out.extend_from_slice(id.to_string().as_bytes());

@@ -54,7 +54,7 @@ impl Call {
             .spec
             .upstream_params
             .as_ref()
-            .and_then(|p| serde_json::from_str(p.get()).ok())
+            .and_then(|p| serde_json::from_str(p).ok())
             .unwrap_or_else(|| json!({}));
         let ttl = u64::try_from(self.ctx.tasks.ttl().as_millis()).unwrap_or(u64::MAX);
         params["task"] = json!({ "ttl": ttl });

@@ -154,7 +154,7 @@ impl Call {
         }
         let (tx, retries) = RetrySender::channel();
         let spec = &self.spec;
-        let held = spec.upstream_params.as_ref().map_or(0, |p| p.get().len());
+        let held = spec.upstream_params.as_ref().map_or(0, |p| p.len());
         let guard = self.ctx.parked.register(
             random_id(HANDLE_BYTES),
             (&spec.principal, spec.request_digest()),

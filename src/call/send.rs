@@ -37,7 +37,7 @@ impl Call {
             };
             // A tool the upstream runs only as a task: its result comes from `tasks/result`.
             let (id, headers) = match &self.legacy_task {
-                Some(task) => session.start_request("tasks/result", Some(&task.result_params)),
+                Some(task) => session.start_request("tasks/result", Some(task.result_params.get())),
                 None => {
                     session.start_request(&self.spec.method, self.spec.upstream_params.as_deref())
                 }

@@ -33,11 +33,7 @@ impl Call {
         if !self.phase.is_running() {
             return;
         }
-        let held = self
-            .spec
-            .upstream_params
-            .as_ref()
-            .map_or(0, |p| p.get().len());
+        let held = self.spec.upstream_params.as_ref().map_or(0, |p| p.len());
         // Nothing moves the phase while this awaits: the actor handles one event at a time.
         let journal = self.task_journal().await;
         let journal_kept = journal.is_some();
@@ -87,7 +83,11 @@ impl Call {
         Some(CallJournal {
             method: spec.method.clone(),
             target: spec.target.clone(),
-            params: spec.upstream_params.clone(),
+            // Text the proxy wrote: it reads as JSON.
+            params: spec
+                .upstream_params
+                .as_deref()
+                .and_then(|p| RawValue::from_string(p.to_owned()).ok()),
             capabilities: spec.capabilities.clone(),
             answered: self.replay.answered().to_vec(),
         })

@@ -69,7 +69,7 @@ pub(super) fn start_adopted(app: &Arc<App>, rerun: Rerun, who: &Principal) {
     };
     let spec = CallSpec {
         request_digest: OnceLock::new(),
-        upstream_params: call.params,
+        upstream_params: call.params.map(Box::<str>::from),
         target: call.target,
         method: call.method,
         capabilities: call.capabilities,

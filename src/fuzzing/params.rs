@@ -91,11 +91,8 @@ fn same_params(members: &Map<String, Value>, p: &Params) {
     let Some(text) = p.upstream(&trace) else {
         panic!("no upstream params");
     };
-    let Read::Value(sent) = strict::read(text.get().as_bytes()) else {
-        panic!(
-            "the upstream params do not read as one value: {}",
-            text.get()
-        );
+    let Read::Value(sent) = strict::read(text.as_bytes()) else {
+        panic!("the upstream params do not read as one value: {}", &*text);
     };
     assert_eq!(sent, upstream(members, &trace), "the params sent upstream");
 }

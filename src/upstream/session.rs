@@ -318,13 +318,13 @@ impl Session {
     pub(crate) fn start_request(
         self: &Arc<Self>,
         method: &str,
-        params: Option<&RawValue>,
+        params: Option<&str>,
     ) -> (
         i64,
         impl std::future::Future<Output = Result<MessageStream, UpstreamError>> + Send + 'static,
     ) {
         let id = self.next_id();
-        let body = jsonrpc::request_bytes(id, method, params);
+        let body = jsonrpc::request_text_bytes(id, method, params);
         let session = Arc::clone(self);
         (id, async move {
             if let Some(link) = &session.link {

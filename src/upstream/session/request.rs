@@ -26,7 +26,10 @@ impl Session {
         params: &Value,
     ) -> Result<Value, UpstreamError> {
         let params = jsonrpc::raw(params);
-        let (id, headers) = self.start_request(method, params.as_deref());
+        let (id, headers) = self.start_request(
+            method,
+            params.as_deref().map(serde_json::value::RawValue::get),
+        );
         let mut stream = tokio::time::timeout(self.client.timeout(), headers)
             .await
             .map_err(|_| UpstreamError::Timeout)??;
