@@ -45,7 +45,7 @@ pub(super) const RESERVED_KEY: &str = "$serde_json::private::RawValue";
 /// The error a duplicated key raises (serde_json appends the position).
 const DUPLICATE: &str = "duplicate key";
 /// Keys of one object compared one by one up to this many, then through a set.
-const FEW_KEYS: usize = 16;
+pub(super) const FEW_KEYS: usize = 16;
 
 /// A JSON value walked through: every part parsed, nothing kept.
 struct Checked;

@@ -8,7 +8,7 @@
 
 use std::borrow::Cow;
 
-use super::checked::{Keys, Refused, RESERVED_KEY};
+use super::checked::{Keys, Refused, FEW_KEYS, RESERVED_KEY};
 
 /// Containers nested this deep are refused, as serde_json's recursion limit refuses them.
 const MAX_DEPTH: usize = 128;
@@ -50,7 +50,11 @@ pub(super) type Found = Option<(Vec<Member>, Option<Vec<Member>>)>;
 
 /// Checks JSON text `text` and finds its members.
 pub(super) fn scan(text: &str) -> Result<Found, Refused> {
-    let mut s = Scanner { text, at: 0 };
+    let mut s = Scanner {
+        text,
+        at: 0,
+        keys: Vec::new(),
+    };
     s.space();
     let found = if s.peek() == Some(b'{') {
         let (mut members, mut meta) = (Vec::new(), None);
@@ -99,6 +103,9 @@ type OnMember<'f, 'a> =
 struct Scanner<'a> {
     text: &'a str,
     at: usize,
+    /// The keys of the objects open now, outermost first: one stack for the whole scan, not
+    /// an allocation per object.
+    keys: Vec<Cow<'a, str>>,
 }
 
 impl<'a> Scanner<'a> {
@@ -181,7 +188,7 @@ impl<'a> Scanner<'a> {
             self.at += 1;
             return Ok(());
         }
-        let mut keys = Keys::default();
+        let (start, mut many) = (self.keys.len(), None);
         loop {
             if self.peek() != Some(b'"') {
                 return Err(malformed("key must be a string"));
@@ -190,7 +197,7 @@ impl<'a> Scanner<'a> {
             if key == RESERVED_KEY {
                 return Err(Refused::ReservedKey);
             }
-            if !keys.insert(key.clone()) {
+            if !self.first_time(start, &mut many, key.clone()) {
                 return Err(Refused::DuplicateKey);
             }
             self.space();
@@ -202,12 +209,33 @@ impl<'a> Scanner<'a> {
                 Some(b',') => self.at += 1,
                 Some(b'}') => {
                     self.at += 1;
+                    self.keys.truncate(start);
                     return Ok(());
                 }
                 _ => return Err(malformed("expected `,` or `}`")),
             }
             self.space();
         }
+    }
+
+    // Whether `key` is new to the object whose keys start at `start` of the stack (compared one
+    // by one); an object with many keys has them moved into a set (`many`).
+    fn first_time(&mut self, start: usize, many: &mut Option<Keys<'a>>, key: Cow<'a, str>) -> bool {
+        if let Some(set) = many {
+            return set.insert(key);
+        }
+        if self.keys[start..].contains(&key) {
+            return false;
+        }
+        self.keys.push(key);
+        if self.keys.len() - start > FEW_KEYS {
+            let mut set = Keys::default();
+            for k in self.keys.drain(start..) {
+                set.insert(k);
+            }
+            *many = Some(set);
+        }
+        true
     }
 
     /// An array at `depth` (itself counted).
@@ -382,6 +410,17 @@ mod tests {
             scan(r#"{"a":{"a":{"a":1}},"b":[{"a":1},{"a":2}]}"#).err(),
             None
         );
+        // Keys are kept on one stack: an object's are forgotten when it closes, its parent's
+        // are still compared after it, and an object past the few keys compared one by one
+        // is checked through a set.
+        let many = |extra: &str| {
+            let keys: Vec<String> = (0..20).map(|i| format!(r#""k{i}":{{"k0":1}}"#)).collect();
+            format!("{{{},{extra}}}", keys.join(","))
+        };
+        assert_eq!(scan(r#"{"x":{"b":1},"b":2}"#).err(), None);
+        assert_eq!(refused(&many(r#""k3":0"#)), Some(Refused::DuplicateKey));
+        assert_eq!(refused(&many(r#""k19":0"#)), Some(Refused::DuplicateKey));
+        assert_eq!(scan(&many(r#""k20":{"k20":{"k1":1}}"#)).err(), None);
     }
 
     #[test]
