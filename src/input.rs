@@ -52,23 +52,24 @@ impl InputKind {
 
 /// Converts legacy params into the embedded modern request `{method, params}`: legacy `_meta`,
 /// `task` and URL-mode `elicitationId` are dropped (the id is returned to be kept proxy-side).
-pub(crate) fn to_embedded(kind: InputKind, params: Option<&Value>) -> (Value, Option<String>) {
-    let mut p: Map<String, Value> = params
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
+/// The params are moved into it, not copied.
+pub(crate) fn to_embedded(kind: InputKind, params: Option<Value>) -> (Value, Option<String>) {
+    let mut p = match params {
+        Some(Value::Object(p)) => p,
+        _ => Map::new(),
+    };
     p.remove("_meta");
     p.remove("task");
     let elicitation_id = match p.remove("elicitationId") {
         Some(Value::String(s)) => Some(s),
         _ => None,
     };
-    let embedded = if p.is_empty() && kind == InputKind::Roots {
-        json!({"method": kind.method()})
-    } else {
-        json!({"method": kind.method(), "params": p})
-    };
-    (embedded, elicitation_id)
+    let mut embedded = Map::new();
+    embedded.insert("method".into(), kind.method().into());
+    if !p.is_empty() || kind != InputKind::Roots {
+        embedded.insert("params".into(), Value::Object(p));
+    }
+    (Value::Object(embedded), elicitation_id)
 }
 
 /// Checks that the request's declared capabilities allow relaying this input request.
@@ -302,7 +303,7 @@ mod tests {
     #[test]
     fn embedded_shape_drops_legacy_fields() {
         let p = json!({"mode":"url","message":"m","url":"https://x","elicitationId":"e1","_meta":{"a":1},"task":{}});
-        let (e, id) = to_embedded(InputKind::Elicitation, Some(&p));
+        let (e, id) = to_embedded(InputKind::Elicitation, Some(p));
         assert_eq!(
             e,
             json!({"method":"elicitation/create","params":{"mode":"url","message":"m","url":"https://x"}})

@@ -60,7 +60,7 @@ impl Call {
             // Asked before an earlier request was answered: this target asks together.
             self.ctx.gather.saw_together(self.spec.gather_key());
         }
-        self.rounds.ask(kind, id, params.as_ref());
+        self.rounds.ask(kind, id, params);
         if self.phase.is_detached() {
             // A task lists it at once: the client polls for it.
             return self.list_inputs().await;

@@ -96,11 +96,11 @@ impl Rounds {
         &mut self,
         kind: InputKind,
         upstream_id: Option<String>,
-        params: Option<&Value>,
+        params: Option<Value>,
     ) -> &str {
+        let schema = input::compile_schema(kind, params.as_ref());
+        let fingerprint = replay::fingerprint(kind.method(), params.as_ref());
         let (embedded, elicitation_id) = input::to_embedded(kind, params);
-        let schema = input::compile_schema(kind, params);
-        let fingerprint = replay::fingerprint(kind.method(), params);
         self.minted += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.minted);
         self.pending.push(Pending {
@@ -118,7 +118,7 @@ impl Rounds {
     /// answered.
     pub(super) fn ask_url_elicitations(&mut self, elicitations: &[Value]) {
         for e in elicitations {
-            self.ask(InputKind::Elicitation, None, Some(e));
+            self.ask(InputKind::Elicitation, None, Some(e.clone()));
         }
         self.reissue = !elicitations.is_empty();
     }
@@ -265,7 +265,7 @@ mod tests {
     fn keys_are_unique_per_call_and_name_their_kind() {
         let mut r = Rounds::default();
         assert_eq!(
-            r.ask(InputKind::Elicitation, Some("0".into()), Some(&elicit("a"))),
+            r.ask(InputKind::Elicitation, Some("0".into()), Some(elicit("a"))),
             "elicitation-1"
         );
         assert_eq!(
@@ -290,11 +290,11 @@ mod tests {
     #[test]
     fn answers_are_delivered_in_arrival_order_and_missing_keys_asked_again() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Elicitation, Some("7".into()), Some(&elicit("a")));
+        r.ask(InputKind::Elicitation, Some("7".into()), Some(elicit("a")));
         r.ask(
             InputKind::Elicitation,
             Some("\"x\"".into()),
-            Some(&elicit("b")),
+            Some(elicit("b")),
         );
         r.ask(InputKind::Roots, Some("9".into()), None);
         r.open();
@@ -355,7 +355,7 @@ mod tests {
         let mut r = Rounds::default();
         r.ask(InputKind::Sampling, Some("3".into()), None);
         r.ask_url_elicitations(&[json!({"mode": "url", "url": "https://x"})]);
-        r.ask(InputKind::Elicitation, Some("4".into()), Some(&elicit("a")));
+        r.ask(InputKind::Elicitation, Some("4".into()), Some(elicit("a")));
         r.forget("4");
         assert_eq!(r.abandon(), vec![("3".to_owned(), InputKind::Sampling)]);
         assert!(!r.has_pending());
