@@ -60,7 +60,8 @@ impl Call {
             // Asked before an earlier request was answered: this target asks together.
             self.ctx.gather.saw_together(self.spec.gather_key());
         }
-        self.rounds.ask(kind, id, params);
+        let journaled = self.journaled().await;
+        self.rounds.ask(kind, id, (params, journaled));
         if self.phase.is_detached() {
             // A task lists it at once: the client polls for it.
             return self.list_inputs().await;

@@ -48,6 +48,13 @@ impl Call {
         safe
     }
 
+    /// Whether the call keeps a journal of its answers: it is replay-safe, or it is a task whose
+    /// record keeps one (adopted tasks are). Decided at its first server request, before the
+    /// request is fingerprinted, since only a journal reads fingerprints.
+    pub(super) async fn journaled(&mut self) -> bool {
+        self.phase.task().is_some_and(|t| t.replay_safe) || self.replay_safe().await
+    }
+
     /// The journal the next token carries: the answers so far and this round's fingerprints;
     /// `None` for a call that is not replay-safe or whose journal outgrew `replay.max_state`.
     pub(super) async fn journal(&mut self) -> Option<Journal> {

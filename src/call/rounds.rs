@@ -37,8 +37,9 @@ struct Pending {
     /// URL-mode `elicitationId`: removed from what the client sees (2026-07-28 has none), kept
     /// to recognise the upstream's `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
-    /// What the request asks, for replay (see `replay::fingerprint`).
-    fingerprint: String,
+    /// What the request asks, for replay (see `replay::fingerprint`); only when the call keeps
+    /// a journal (its tokens or its task carry one), which nothing else reads.
+    fingerprint: Option<String>,
     /// Listed on the task the call became (each request is listed once).
     listed: bool,
 }
@@ -91,15 +92,16 @@ impl Rounds {
     }
 
     /// Adds a server request (or, with no `upstream_id`, a URL elicitation from -32042) and
-    /// returns its key.
+    /// returns its key; `journaled`: the call keeps a journal, so the request's fingerprint is
+    /// taken.
     pub(super) fn ask(
         &mut self,
         kind: InputKind,
         upstream_id: Option<String>,
-        params: Option<Value>,
+        (params, journaled): (Option<Value>, bool),
     ) -> &str {
         let schema = input::compile_schema(kind, params.as_ref());
-        let fingerprint = replay::fingerprint(kind.method(), params.as_ref());
+        let fingerprint = journaled.then(|| replay::fingerprint(kind.method(), params.as_ref()));
         let (embedded, elicitation_id) = input::to_embedded(kind, params);
         self.minted += 1;
         let key = format!("{}-{}", kind.key_prefix(), self.minted);
@@ -117,8 +119,9 @@ impl Rounds {
     /// Adds the URL elicitations of a legacy -32042 error; the call is re-issued once they are
     /// answered.
     pub(super) fn ask_url_elicitations(&mut self, elicitations: &[Value]) {
+        // No fingerprints: they are answered by re-issuing the call, never journaled.
         for e in elicitations {
-            self.ask(InputKind::Elicitation, None, Some(e.clone()));
+            self.ask(InputKind::Elicitation, None, (Some(e.clone()), false));
         }
         self.reissue = !elicitations.is_empty();
     }
@@ -129,7 +132,7 @@ impl Rounds {
         self.pending
             .iter()
             .filter(|p| p.upstream_id.is_some())
-            .map(|p| (p.asked.key.clone(), p.fingerprint.clone()))
+            .filter_map(|p| Some((p.asked.key.clone(), p.fingerprint.clone()?)))
             .collect()
     }
 
@@ -173,7 +176,9 @@ impl Rounds {
             };
             if let Some(id) = &p.upstream_id {
                 out.deliveries.push((id.clone(), answer.clone()));
-                out.journal.push((p.fingerprint.clone(), answer.clone()));
+                if let Some(fp) = &p.fingerprint {
+                    out.journal.push((fp.clone(), answer.clone()));
+                }
             }
             false
         });
@@ -189,7 +194,7 @@ impl Rounds {
     pub(super) fn journal_of(&self, answers: &Map<String, Value>) -> Vec<(String, Value)> {
         (self.pending.iter())
             .filter(|p| p.upstream_id.is_some())
-            .filter_map(|p| Some((p.fingerprint.clone(), answers.get(&p.asked.key)?.clone())))
+            .filter_map(|p| Some((p.fingerprint.clone()?, answers.get(&p.asked.key)?.clone())))
             .collect()
     }
 
@@ -265,14 +270,21 @@ mod tests {
     fn keys_are_unique_per_call_and_name_their_kind() {
         let mut r = Rounds::default();
         assert_eq!(
-            r.ask(InputKind::Elicitation, Some("0".into()), Some(elicit("a"))),
+            r.ask(
+                InputKind::Elicitation,
+                Some("0".into()),
+                (Some(elicit("a")), true)
+            ),
             "elicitation-1"
         );
         assert_eq!(
-            r.ask(InputKind::Sampling, Some("1".into()), None),
+            r.ask(InputKind::Sampling, Some("1".into()), (None, true)),
             "sampling-2"
         );
-        assert_eq!(r.ask(InputKind::Roots, Some("2".into()), None), "roots-3");
+        assert_eq!(
+            r.ask(InputKind::Roots, Some("2".into()), (None, true)),
+            "roots-3"
+        );
         let round = r.open();
         assert_eq!(round.number, 1);
         assert_eq!(
@@ -290,13 +302,17 @@ mod tests {
     #[test]
     fn answers_are_delivered_in_arrival_order_and_missing_keys_asked_again() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Elicitation, Some("7".into()), Some(elicit("a")));
+        r.ask(
+            InputKind::Elicitation,
+            Some("7".into()),
+            (Some(elicit("a")), true),
+        );
         r.ask(
             InputKind::Elicitation,
             Some("\"x\"".into()),
-            Some(elicit("b")),
+            (Some(elicit("b")), true),
         );
-        r.ask(InputKind::Roots, Some("9".into()), None);
+        r.ask(InputKind::Roots, Some("9".into()), (None, true));
         r.open();
         let got = r.answer(&answers(&[
             ("roots-3", json!({"roots": []})),
@@ -353,9 +369,13 @@ mod tests {
     #[test]
     fn abandoning_names_only_real_upstream_requests() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Sampling, Some("3".into()), None);
+        r.ask(InputKind::Sampling, Some("3".into()), (None, true));
         r.ask_url_elicitations(&[json!({"mode": "url", "url": "https://x"})]);
-        r.ask(InputKind::Elicitation, Some("4".into()), Some(elicit("a")));
+        r.ask(
+            InputKind::Elicitation,
+            Some("4".into()),
+            (Some(elicit("a")), true),
+        );
         r.forget("4");
         assert_eq!(r.abandon(), vec![("3".to_owned(), InputKind::Sampling)]);
         assert!(!r.has_pending());
@@ -363,9 +383,40 @@ mod tests {
     }
 
     #[test]
+    fn only_a_journaled_call_fingerprints_what_it_is_asked() {
+        let mut r = Rounds::default();
+        r.ask(
+            InputKind::Elicitation,
+            Some("1".into()),
+            (Some(elicit("a")), false),
+        );
+        r.ask(
+            InputKind::Elicitation,
+            Some("2".into()),
+            (Some(elicit("a")), true),
+        );
+        let fp = replay::fingerprint("elicitation/create", Some(&elicit("a")));
+        assert_eq!(
+            r.fingerprints(),
+            vec![("elicitation-2".to_owned(), fp.clone())]
+        );
+        let both = answers(&[
+            ("elicitation-1", json!({"action": "decline"})),
+            ("elicitation-2", json!({"action": "cancel"})),
+        ]);
+        assert_eq!(
+            r.journal_of(&both),
+            vec![(fp.clone(), json!({"action": "cancel"}))]
+        );
+        let got = r.answer(&both);
+        assert_eq!(got.deliveries.len(), 2, "both go upstream");
+        assert_eq!(got.journal, vec![(fp, json!({"action": "cancel"}))]);
+    }
+
+    #[test]
     fn a_duplicate_upstream_id_is_recognised() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Roots, Some("5".into()), None);
+        r.ask(InputKind::Roots, Some("5".into()), (None, true));
         assert!(r.is_pending("5"));
         assert!(!r.is_pending("6"));
         assert_eq!(r.pending(), 1);
@@ -374,7 +425,7 @@ mod tests {
     #[test]
     fn the_round_result_names_the_server() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Roots, Some("1".into()), None);
+        r.ask(InputKind::Roots, Some("1".into()), (None, true));
         let round = r.open();
         let info = json!({"name": "up", "version": "1"});
         let v = input_required(&round, "tok", Some(&info));
