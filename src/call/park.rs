@@ -131,7 +131,8 @@ impl Call {
             p.guard.open_round(&claims.token_id, round.keys.clone());
         }
         let deadline = Instant::now() + tokens.ttl();
-        let result = rounds::input_required(&round, &token, self.server_info().as_ref());
+        let server_info = self.lease.as_ref().and_then(|l| l.session().server_info());
+        let result = rounds::input_required(&round, &token, server_info);
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
         // Open since the check above: nothing in between finishes the call.
@@ -144,7 +145,7 @@ impl Call {
                 KeyValue::new("mrtr.input_requests", round.keys.len() as i64),
             ]
         });
-        let body = jsonrpc::response_bytes(&leg.id, &jsonrpc::text(&result));
+        let body = jsonrpc::response_bytes(&leg.id, &result);
         leg.finish(Outcome::round(body, round.number)).await;
     }
 

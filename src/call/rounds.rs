@@ -3,7 +3,10 @@
 //! answers (what to deliver upstream, what to ask again), and what to cancel when the call is
 //! abandoned. No IO and no knowledge of the actor: the actor sends what this type decides.
 
-use serde_json::{json, Map, Value};
+use serde::ser::{SerializeMap, Serializer};
+use serde::Serialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use std::sync::Arc;
 
@@ -238,22 +241,51 @@ impl Rounds {
 }
 
 /// The `input_required` result for `round`, signed `token`, naming the server in `_meta` (every
-/// result SHOULD, interim ones too).
-pub(super) fn input_required(round: &Round, token: &str, server_info: Option<&Value>) -> Value {
-    let mut result = json!({
-        "resultType": "input_required",
-        "inputRequests": round.input_requests,
-        "requestState": token,
-    });
-    if let Some(info) = server_info {
-        result["_meta"] = json!({ META_SERVER_INFO: info });
+/// result SHOULD, interim ones too), as JSON text: written from the round as it is, with no
+/// tree built for it.
+pub(super) fn input_required(round: &Round, token: &str, server_info: Option<&RawValue>) -> String {
+    let result = InputRequired {
+        round,
+        token,
+        server_info,
+    };
+    // Nothing in it fails to serialize: string keys, JSON values.
+    serde_json::to_string(&result).unwrap_or_default()
+}
+
+struct InputRequired<'a> {
+    round: &'a Round,
+    token: &'a str,
+    server_info: Option<&'a RawValue>,
+}
+
+impl Serialize for InputRequired<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // In key order, as an object `Value` is written.
+        let mut m = s.serialize_map(None)?;
+        if let Some(info) = self.server_info {
+            m.serialize_entry("_meta", &ServerMeta(info))?;
+        }
+        m.serialize_entry("inputRequests", &self.round.input_requests)?;
+        m.serialize_entry("requestState", self.token)?;
+        m.serialize_entry("resultType", "input_required")?;
+        m.end()
     }
-    result
+}
+
+// `{"io.modelcontextprotocol/serverInfo": <info>}`
+struct ServerMeta<'a>(&'a RawValue);
+
+impl Serialize for ServerMeta<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map([(META_SERVER_INFO, self.0)])
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn elicit(message: &str) -> Value {
         json!({"message": message, "requestedSchema": {"type": "object", "properties": {}}})
@@ -425,13 +457,26 @@ mod tests {
     #[test]
     fn the_round_result_names_the_server() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Roots, Some("1".into()), (None, true));
+        r.ask(
+            InputKind::Elicitation,
+            Some("1".into()),
+            (Some(elicit("a")), true),
+        );
+        r.ask(InputKind::Roots, Some("2".into()), (None, true));
         let round = r.open();
         let info = json!({"name": "up", "version": "1"});
-        let v = input_required(&round, "tok", Some(&info));
-        assert_eq!(v["resultType"], "input_required");
+        let raw = crate::jsonrpc::raw(&info).unwrap();
+        let text = input_required(&round, "tok", Some(&raw));
+        // What a `Value` of the same result is written as, byte for byte.
+        let expected = json!({
+            "resultType": "input_required",
+            "inputRequests": round.input_requests,
+            "requestState": "tok",
+            "_meta": {META_SERVER_INFO: info},
+        });
+        assert_eq!(text, crate::jsonrpc::text(&expected));
+        let v: Value = serde_json::from_str(&input_required(&round, "tok", None)).unwrap();
         assert_eq!(v["requestState"], "tok");
-        assert_eq!(v["_meta"][META_SERVER_INFO]["name"], "up");
-        assert!(input_required(&round, "tok", None).get("_meta").is_none());
+        assert!(v.get("_meta").is_none());
     }
 }
