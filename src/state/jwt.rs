@@ -81,9 +81,13 @@ impl Jwt {
         if token.len() > MAX_TOKEN_BYTES {
             return None;
         }
-        let header = jsonwebtoken::decode_header(token).ok()?;
         let keys = self.keys.load();
-        let key = keys.verifier(&header.kid?, now)?;
+        let head = token.split('.').next().unwrap_or_default();
+        let key = match keys.verifier_by_head(head, now) {
+            Some(key) => key,
+            // A header none of the keys writes (another version's, say): read for its `kid`.
+            None => keys.verifier(&jsonwebtoken::decode_header(token).ok()?.kid?, now)?,
+        };
         // The key pins the algorithm: a token whose header claims another one is refused.
         let mut v = Validation::new(key.alg);
         // Times are checked by the caller against its clock, so tests can move it.
@@ -157,6 +161,34 @@ mod tests {
             c.verify(&other_kid, "p", "r", now),
             Err(TokenError::Invalid)
         );
+    }
+
+    #[test]
+    fn a_known_key_is_matched_by_its_header_bytes_and_any_other_header_is_read() {
+        let c = codec(KEY);
+        let now = SystemTime::now();
+        let claims = c.claims("h1", "p", "r", 1, now);
+        let tok = c.sign(&claims).unwrap();
+        let set = c.keys();
+        let head = &set.verifying[0].head;
+        assert!(tok.starts_with(&format!("{head}.")), "{tok}");
+        // The same key named by a header written otherwise (no `typ`, members reordered).
+        let other = format!(r#"{{"kid":"{}","alg":"HS256"}}"#, set.signing.kid);
+        let payload = tok.split('.').nth(1).unwrap();
+        let message = format!("{}.{payload}", URL_SAFE_NO_PAD.encode(other));
+        let sig =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &set.signing.key, Algorithm::HS256)
+                .unwrap();
+        let written_otherwise = format!("{message}.{sig}");
+        assert_eq!(c.verify(&written_otherwise, "p", "r", now).unwrap(), claims);
+        // A matching header does not outlive its key.
+        c.replace_keys(keys(OLD, &[]));
+        let later = c.now() + Duration::from_secs(60) + CLOCK_SKEW;
+        assert_eq!(
+            c.decode_jwt::<serde_json::Value>(&tok, later).err(),
+            Some(TokenError::Invalid)
+        );
+        assert!(c.decode_jwt::<serde_json::Value>(&tok, now).is_ok());
     }
 
     fn pem_key(der: &[u8]) -> String {

@@ -64,6 +64,9 @@ pub(crate) struct SigningKey {
 pub(crate) struct VerifyingKey {
     pub(crate) kid: String,
     pub(crate) alg: Algorithm,
+    /// The header segment of the tokens this key signs (`alg` and `kid`, base64url), see
+    /// [`KeySet::verifier_by_head`].
+    pub(crate) head: String,
     pub(crate) key: DecodingKey,
     pub(crate) until: Option<SystemTime>,
     /// The AES-256-GCM key of the same material (see [`SigningKey::seal`]).
@@ -161,6 +164,15 @@ impl KeySet {
                 ..old.clone()
             });
         }
+    }
+
+    /// The key whose tokens start with the header segment `head`, byte for byte, if still
+    /// valid at `now`: a token of a known key is matched to it without parsing its header.
+    /// `None` for any other header, which [`Self::verifier`] then reads.
+    pub(crate) fn verifier_by_head(&self, head: &str, now: SystemTime) -> Option<&VerifyingKey> {
+        self.verifying
+            .iter()
+            .find(|k| k.head == head && k.until.is_none_or(|u| now < u))
     }
 
     /// The key a token's header names, if it is known and still valid at `now`.
@@ -269,6 +281,7 @@ pub(crate) fn hs256(secret: &Secret) -> (SigningKey, VerifyingKey) {
             log_label: log_label_key(secret.expose()),
         },
         VerifyingKey {
+            head: head(Algorithm::HS256, &kid),
             kid,
             alg: Algorithm::HS256,
             key: DecodingKey::from_secret(secret.expose()),
@@ -304,6 +317,7 @@ fn asymmetric(der: &[u8]) -> Option<(SigningKey, VerifyingKey)> {
             log_label: log_label_key(der),
         },
         VerifyingKey {
+            head: head(alg, &kid),
             kid,
             alg,
             key: verifying,
@@ -350,6 +364,15 @@ fn prk(material: &[u8]) -> hkdf::Prk {
 }
 
 /// A key id: a digest of the key material (never the key), 16 hex digits.
+// The header segment jsonwebtoken writes for a token of key `kid` (its encode: the header's
+// JSON, base64url without padding).
+fn head(alg: Algorithm, kid: &str) -> String {
+    let mut header = jsonwebtoken::Header::new(alg);
+    header.kid = Some(kid.to_owned());
+    let json = serde_json::to_vec(&header).unwrap_or_default();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+}
+
 fn kid(alg: &[u8], material: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(b"mrtr-proxy kid\0");
