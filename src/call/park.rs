@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::end::turn_away;
 use super::leg::Outcome;
 use super::registry::{Retry, RetrySender};
-use super::rounds::{self, Answered};
+use super::rounds::Answered;
 use super::{Call, Parking};
 use crate::error::ProxyError;
 use crate::input::{self, InputKind};
@@ -132,7 +132,7 @@ impl Call {
         }
         let deadline = Instant::now() + tokens.ttl();
         let server_info = self.lease.as_ref().and_then(|l| l.session().server_info());
-        let result = rounds::input_required(&round, &token, server_info);
+        let result = self.rounds.input_required(&token, server_info);
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
         // Open since the check above: nothing in between finishes the call.

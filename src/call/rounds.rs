@@ -47,13 +47,12 @@ struct Pending {
     listed: bool,
 }
 
-/// One round, ready to send: its number, its keys with their kinds (for answer validation) and
-/// the `inputRequests` object.
+/// One round, ready to send: its number and its keys with their kinds (for answer validation).
+/// What it asks is the pending requests ([`Rounds::input_required`]).
 #[derive(Debug)]
 pub(super) struct Round {
     pub(super) number: u32,
     pub(super) keys: Arc<[Asked]>,
-    pub(super) input_requests: Map<String, Value>,
 }
 
 /// What a retry's answers mean for the upstream.
@@ -160,12 +159,30 @@ impl Rounds {
         Round {
             number: self.opened,
             keys: self.pending.iter().map(|p| p.asked.clone()).collect(),
-            input_requests: self
-                .pending
-                .iter()
-                .map(|p| (p.asked.key.clone(), p.embedded.clone()))
-                .collect(),
         }
+    }
+
+    /// The `input_required` result of the round open now (every pending request), signed
+    /// `token`, naming the server in `_meta` (every result SHOULD, interim ones too), as JSON
+    /// text: written from the pending requests as they are, with no tree built for it.
+    pub(super) fn input_required(&self, token: &str, server_info: Option<&RawValue>) -> String {
+        let result = InputRequired {
+            input_requests: self.input_requests(),
+            token,
+            server_info,
+        };
+        // Nothing in it fails to serialize: string keys, JSON values.
+        serde_json::to_string(&result).unwrap_or_default()
+    }
+
+    // The `inputRequests` object: each pending request's embedded request by its key, in key
+    // order (as an object `Value` is written).
+    fn input_requests(&self) -> InputRequests<'_> {
+        let mut asked: Vec<(&str, &Value)> = (self.pending.iter())
+            .map(|p| (p.asked.key.as_str(), &p.embedded))
+            .collect();
+        asked.sort_unstable_by_key(|(key, _)| *key);
+        InputRequests(asked)
     }
 
     /// Takes the answers a retry gave: answered requests leave the pending set (those with an
@@ -240,21 +257,16 @@ impl Rounds {
     }
 }
 
-/// The `input_required` result for `round`, signed `token`, naming the server in `_meta` (every
-/// result SHOULD, interim ones too), as JSON text: written from the round as it is, with no
-/// tree built for it.
-pub(super) fn input_required(round: &Round, token: &str, server_info: Option<&RawValue>) -> String {
-    let result = InputRequired {
-        round,
-        token,
-        server_info,
-    };
-    // Nothing in it fails to serialize: string keys, JSON values.
-    serde_json::to_string(&result).unwrap_or_default()
+struct InputRequests<'a>(Vec<(&'a str, &'a Value)>);
+
+impl Serialize for InputRequests<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().copied())
+    }
 }
 
 struct InputRequired<'a> {
-    round: &'a Round,
+    input_requests: InputRequests<'a>,
     token: &'a str,
     server_info: Option<&'a RawValue>,
 }
@@ -266,7 +278,7 @@ impl Serialize for InputRequired<'_> {
         if let Some(info) = self.server_info {
             m.serialize_entry("_meta", &ServerMeta(info))?;
         }
-        m.serialize_entry("inputRequests", &self.round.input_requests)?;
+        m.serialize_entry("inputRequests", &self.input_requests)?;
         m.serialize_entry("requestState", self.token)?;
         m.serialize_entry("resultType", "input_required")?;
         m.end()
@@ -289,6 +301,11 @@ mod tests {
 
     fn elicit(message: &str) -> Value {
         json!({"message": message, "requestedSchema": {"type": "object", "properties": {}}})
+    }
+
+    // What the round open now asks, as the client reads it.
+    fn input_requests(r: &Rounds) -> Value {
+        serde_json::to_value(r.input_requests()).unwrap()
     }
 
     fn answers(pairs: &[(&str, Value)]) -> Map<String, Value> {
@@ -320,11 +337,15 @@ mod tests {
         let round = r.open();
         assert_eq!(round.number, 1);
         assert_eq!(
-            round.input_requests.keys().collect::<Vec<_>>(),
+            input_requests(&r)
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
             ["elicitation-1", "roots-3", "sampling-2"]
         );
         assert_eq!(
-            round.input_requests["roots-3"],
+            input_requests(&r)["roots-3"],
             json!({"method": "roots/list"})
         );
         assert_eq!(round.keys[1].key, "sampling-2");
@@ -363,7 +384,11 @@ mod tests {
         let again = r.open();
         assert_eq!(again.number, 2);
         assert_eq!(
-            again.input_requests.keys().collect::<Vec<_>>(),
+            input_requests(&r)
+                .as_object()
+                .unwrap()
+                .keys()
+                .collect::<Vec<_>>(),
             ["elicitation-2"],
             "a key asked again keeps its name"
         );
@@ -378,9 +403,9 @@ mod tests {
         let mut r = Rounds::default();
         let url = |id: &str| json!({"mode": "url", "message": "m", "url": "https://x", "elicitationId": id});
         r.ask_url_elicitations(&[url("e1"), url("e2")]);
-        let round = r.open();
+        r.open();
         assert!(
-            round.input_requests["elicitation-1"]["params"]
+            input_requests(&r)["elicitation-1"]["params"]
                 .get("elicitationId")
                 .is_none(),
             "the legacy id stays proxy-side"
@@ -457,25 +482,28 @@ mod tests {
     #[test]
     fn the_round_result_names_the_server() {
         let mut r = Rounds::default();
+        r.ask(InputKind::Roots, Some("1".into()), (None, true));
         r.ask(
             InputKind::Elicitation,
-            Some("1".into()),
+            Some("2".into()),
             (Some(elicit("a")), true),
         );
-        r.ask(InputKind::Roots, Some("2".into()), (None, true));
-        let round = r.open();
+        r.open();
         let info = json!({"name": "up", "version": "1"});
         let raw = crate::jsonrpc::raw(&info).unwrap();
-        let text = input_required(&round, "tok", Some(&raw));
-        // What a `Value` of the same result is written as, byte for byte.
+        let text = r.input_required("tok", Some(&raw));
+        // What a `Value` of the same result is written as, byte for byte (keys in order).
         let expected = json!({
             "resultType": "input_required",
-            "inputRequests": round.input_requests,
+            "inputRequests": {
+                "roots-1": {"method": "roots/list"},
+                "elicitation-2": {"method": "elicitation/create", "params": elicit("a")},
+            },
             "requestState": "tok",
             "_meta": {META_SERVER_INFO: info},
         });
         assert_eq!(text, crate::jsonrpc::text(&expected));
-        let v: Value = serde_json::from_str(&input_required(&round, "tok", None)).unwrap();
+        let v: Value = serde_json::from_str(&r.input_required("tok", None)).unwrap();
         assert_eq!(v["requestState"], "tok");
         assert!(v.get("_meta").is_none());
     }
