@@ -187,7 +187,7 @@ impl Call {
             return;
         }
         let delivered = self
-            .deliver_answers(&retry.answers, &retry.credentials)
+            .deliver_answers(retry.answers, &retry.credentials)
             .await;
         // The delivery's client span ends here.
         drop(retry.span);
@@ -213,7 +213,7 @@ impl Call {
     /// token refreshed since the first leg), as does all that follows.
     pub(super) async fn deliver_answers(
         &mut self,
-        answers: &serde_json::Map<String, serde_json::Value>,
+        answers: serde_json::Map<String, serde_json::Value>,
         credentials: &Credentials,
     ) -> Result<(), ProxyError> {
         self.spec.credentials = credentials.clone();

@@ -186,19 +186,19 @@ impl Rounds {
     }
 
     /// Takes the answers a retry gave: answered requests leave the pending set (those with an
-    /// upstream id become deliveries), the others stay to be asked again. Keys the call did not
-    /// ask for are ignored.
-    pub(super) fn answer(&mut self, answers: &Map<String, Value>) -> Answered {
+    /// upstream id become deliveries, the answers moved into them), the others stay to be asked
+    /// again. Keys the call did not ask for are ignored.
+    pub(super) fn answer(&mut self, mut answers: Map<String, Value>) -> Answered {
         let mut out = Answered::default();
         self.pending.retain(|p| {
-            let Some(answer) = answers.get(&p.asked.key) else {
+            let Some(answer) = answers.remove(&p.asked.key) else {
                 return true;
             };
             if let Some(id) = &p.upstream_id {
-                out.deliveries.push((id.clone(), answer.clone()));
                 if let Some(fp) = &p.fingerprint {
                     out.journal.push((fp.clone(), answer.clone()));
                 }
+                out.deliveries.push((id.clone(), answer));
             }
             false
         });
@@ -367,7 +367,7 @@ mod tests {
         );
         r.ask(InputKind::Roots, Some("9".into()), (None, true));
         r.open();
-        let got = r.answer(&answers(&[
+        let got = r.answer(answers(&[
             ("roots-3", json!({"roots": []})),
             ("elicitation-1", json!({"action": "decline"})),
             ("unasked-9", json!({})),
@@ -392,7 +392,7 @@ mod tests {
             ["elicitation-2"],
             "a key asked again keeps its name"
         );
-        let got = r.answer(&answers(&[("elicitation-2", json!({"action": "cancel"}))]));
+        let got = r.answer(answers(&[("elicitation-2", json!({"action": "cancel"}))]));
         assert_eq!(got.deliveries.len(), 1);
         assert!(!r.has_pending());
         assert!(r.had_rounds());
@@ -411,16 +411,16 @@ mod tests {
             "the legacy id stays proxy-side"
         );
         assert!(r.is_pending_url("e2"));
-        let got = r.answer(&answers(&[("elicitation-1", json!({"action": "accept"}))]));
+        let got = r.answer(answers(&[("elicitation-1", json!({"action": "accept"}))]));
         assert_eq!(
             got,
             Answered::default(),
             "nothing to deliver, one still missing"
         );
-        let got = r.answer(&answers(&[("elicitation-2", json!({"action": "accept"}))]));
+        let got = r.answer(answers(&[("elicitation-2", json!({"action": "accept"}))]));
         assert!(got.reissue);
         assert!(got.deliveries.is_empty());
-        assert!(!r.answer(&Map::new()).reissue, "re-issued once");
+        assert!(!r.answer(Map::new()).reissue, "re-issued once");
     }
 
     #[test]
@@ -465,7 +465,7 @@ mod tests {
             r.journal_of(&both),
             vec![(fp.clone(), json!({"action": "cancel"}))]
         );
-        let got = r.answer(&both);
+        let got = r.answer(both);
         assert_eq!(got.deliveries.len(), 2, "both go upstream");
         assert_eq!(got.journal, vec![(fp, json!({"action": "cancel"}))]);
     }

@@ -139,7 +139,7 @@ impl Call {
                 // The update is answered once the task no longer lists them; a client that
                 // left meanwhile changes nothing.
                 let _ = taken.send(());
-                let delivered = self.deliver_answers(&answers, &credentials).await;
+                let delivered = self.deliver_answers(answers, &credentials).await;
                 // The delivery's client span ends here.
                 drop(span);
                 if let Err(e) = delivered {
