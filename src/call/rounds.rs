@@ -3,16 +3,16 @@
 //! answers (what to deliver upstream, what to ask again), and what to cancel when the call is
 //! abandoned. No IO and no knowledge of the actor: the actor sends what this type decides.
 
-use serde::ser::{SerializeMap, Serializer};
-use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use std::sync::Arc;
 
 use crate::input::{self, Asked, InputKind};
-use crate::protocol::META_SERVER_INFO;
 use crate::state::replay;
+use result::InputRequests;
+
+mod result;
 
 /// The server requests of one call that wait for the client, across its rounds.
 #[derive(Debug, Default)]
@@ -166,23 +166,16 @@ impl Rounds {
     /// `token`, naming the server in `_meta` (every result SHOULD, interim ones too), as JSON
     /// text: written from the pending requests as they are, with no tree built for it.
     pub(super) fn input_required(&self, token: &str, server_info: Option<&RawValue>) -> String {
-        let result = InputRequired {
-            input_requests: self.input_requests(),
-            token,
-            server_info,
-        };
-        // Nothing in it fails to serialize: string keys, JSON values.
-        serde_json::to_string(&result).unwrap_or_default()
+        result::input_required(self.input_requests(), token, server_info)
     }
 
-    // The `inputRequests` object: each pending request's embedded request by its key, in key
-    // order (as an object `Value` is written).
+    // The `inputRequests` object: each pending request's embedded request by its key.
     fn input_requests(&self) -> InputRequests<'_> {
-        let mut asked: Vec<(&str, &Value)> = (self.pending.iter())
-            .map(|p| (p.asked.key.as_str(), &p.embedded))
-            .collect();
-        asked.sort_unstable_by_key(|(key, _)| *key);
-        InputRequests(asked)
+        InputRequests::new(
+            (self.pending.iter())
+                .map(|p| (p.asked.key.as_str(), &p.embedded))
+                .collect(),
+        )
     }
 
     /// Takes the answers a retry gave: answered requests leave the pending set (those with an
@@ -257,46 +250,10 @@ impl Rounds {
     }
 }
 
-struct InputRequests<'a>(Vec<(&'a str, &'a Value)>);
-
-impl Serialize for InputRequests<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter().copied())
-    }
-}
-
-struct InputRequired<'a> {
-    input_requests: InputRequests<'a>,
-    token: &'a str,
-    server_info: Option<&'a RawValue>,
-}
-
-impl Serialize for InputRequired<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // In key order, as an object `Value` is written.
-        let mut m = s.serialize_map(None)?;
-        if let Some(info) = self.server_info {
-            m.serialize_entry("_meta", &ServerMeta(info))?;
-        }
-        m.serialize_entry("inputRequests", &self.input_requests)?;
-        m.serialize_entry("requestState", self.token)?;
-        m.serialize_entry("resultType", "input_required")?;
-        m.end()
-    }
-}
-
-// `{"io.modelcontextprotocol/serverInfo": <info>}`
-struct ServerMeta<'a>(&'a RawValue);
-
-impl Serialize for ServerMeta<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map([(META_SERVER_INFO, self.0)])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::META_SERVER_INFO;
     use serde_json::json;
 
     fn elicit(message: &str) -> Value {
