@@ -363,7 +363,6 @@ fn prk(material: &[u8]) -> hkdf::Prk {
     hkdf::Salt::new(hkdf::HKDF_SHA256, b"mrtr-proxy requestState").extract(material)
 }
 
-/// A key id: a digest of the key material (never the key), 16 hex digits.
 // The header segment jsonwebtoken writes for a token of key `kid` (its encode: the header's
 // JSON, base64url without padding).
 fn head(alg: Algorithm, kid: &str) -> String {
@@ -373,6 +372,7 @@ fn head(alg: Algorithm, kid: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
 }
 
+/// A key id: a digest of the key material (never the key), 16 hex digits.
 fn kid(alg: &[u8], material: &[u8]) -> String {
     let mut h = Sha256::new();
     h.update(b"mrtr-proxy kid\0");
