@@ -465,9 +465,9 @@ impl Call {
         }
     }
 
-    fn server_info(&self) -> Option<Value> {
-        let info = self.lease.as_ref()?.session().server_info()?;
-        serde_json::from_str(info.get()).ok()
+    // The upstream's `serverInfo`, as the session keeps it (text).
+    fn server_info(&self) -> Option<&RawValue> {
+        self.lease.as_ref()?.session().server_info()
     }
 
     fn session(&self) -> Option<Arc<Session>> {

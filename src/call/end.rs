@@ -105,7 +105,7 @@ impl Call {
             (self.ctx.results.ttl_ms, self.ctx.results.scope)
         };
         let ctx = RewriteCtx {
-            server_info: self.lease.as_ref().and_then(|l| l.session().server_info()),
+            server_info: self.server_info(),
             ttl_ms,
             scope,
         };

@@ -61,7 +61,7 @@ impl Call {
             self.ctx.gather.saw_together(self.spec.gather_key());
         }
         let journaled = self.journaled().await;
-        self.rounds.ask(kind, id, (params, journaled));
+        self.rounds.ask(kind, id, params, journaled);
         if self.phase.is_detached() {
             // A task lists it at once: the client polls for it.
             return self.list_inputs().await;
@@ -131,8 +131,7 @@ impl Call {
             p.guard.open_round(&claims.token_id, round.keys.clone());
         }
         let deadline = Instant::now() + tokens.ttl();
-        let server_info = self.lease.as_ref().and_then(|l| l.session().server_info());
-        let result = self.rounds.input_required(&token, server_info);
+        let result = self.rounds.input_required(&token, self.server_info());
         tracing::debug!(round = round.number, keys = round.keys.len(), "parked call");
         self.ctx.metrics.round_sent(round.keys.len());
         // Open since the check above: nothing in between finishes the call.

@@ -100,7 +100,8 @@ impl Rounds {
         &mut self,
         kind: InputKind,
         upstream_id: Option<String>,
-        (params, journaled): (Option<Value>, bool),
+        params: Option<Value>,
+        journaled: bool,
     ) -> &str {
         let schema = input::compile_schema(kind, params.as_ref());
         let fingerprint = journaled.then(|| replay::fingerprint(kind.method(), params.as_ref()));
@@ -123,7 +124,7 @@ impl Rounds {
     pub(super) fn ask_url_elicitations(&mut self, elicitations: &[Value]) {
         // No fingerprints: they are answered by re-issuing the call, never journaled.
         for e in elicitations {
-            self.ask(InputKind::Elicitation, None, (Some(e.clone()), false));
+            self.ask(InputKind::Elicitation, None, Some(e.clone()), false);
         }
         self.reissue = !elicitations.is_empty();
     }
@@ -279,16 +280,17 @@ mod tests {
             r.ask(
                 InputKind::Elicitation,
                 Some("0".into()),
-                (Some(elicit("a")), true)
+                Some(elicit("a")),
+                true
             ),
             "elicitation-1"
         );
         assert_eq!(
-            r.ask(InputKind::Sampling, Some("1".into()), (None, true)),
+            r.ask(InputKind::Sampling, Some("1".into()), None, true),
             "sampling-2"
         );
         assert_eq!(
-            r.ask(InputKind::Roots, Some("2".into()), (None, true)),
+            r.ask(InputKind::Roots, Some("2".into()), None, true),
             "roots-3"
         );
         let round = r.open();
@@ -315,14 +317,16 @@ mod tests {
         r.ask(
             InputKind::Elicitation,
             Some("7".into()),
-            (Some(elicit("a")), true),
+            Some(elicit("a")),
+            true,
         );
         r.ask(
             InputKind::Elicitation,
             Some("\"x\"".into()),
-            (Some(elicit("b")), true),
+            Some(elicit("b")),
+            true,
         );
-        r.ask(InputKind::Roots, Some("9".into()), (None, true));
+        r.ask(InputKind::Roots, Some("9".into()), None, true);
         r.open();
         let got = r.answer(answers(&[
             ("roots-3", json!({"roots": []})),
@@ -383,12 +387,13 @@ mod tests {
     #[test]
     fn abandoning_names_only_real_upstream_requests() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Sampling, Some("3".into()), (None, true));
+        r.ask(InputKind::Sampling, Some("3".into()), None, true);
         r.ask_url_elicitations(&[json!({"mode": "url", "url": "https://x"})]);
         r.ask(
             InputKind::Elicitation,
             Some("4".into()),
-            (Some(elicit("a")), true),
+            Some(elicit("a")),
+            true,
         );
         r.forget("4");
         assert_eq!(r.abandon(), vec![("3".to_owned(), InputKind::Sampling)]);
@@ -402,12 +407,14 @@ mod tests {
         r.ask(
             InputKind::Elicitation,
             Some("1".into()),
-            (Some(elicit("a")), false),
+            Some(elicit("a")),
+            false,
         );
         r.ask(
             InputKind::Elicitation,
             Some("2".into()),
-            (Some(elicit("a")), true),
+            Some(elicit("a")),
+            true,
         );
         let fp = replay::fingerprint("elicitation/create", Some(&elicit("a")));
         assert_eq!(
@@ -430,7 +437,7 @@ mod tests {
     #[test]
     fn a_duplicate_upstream_id_is_recognised() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Roots, Some("5".into()), (None, true));
+        r.ask(InputKind::Roots, Some("5".into()), None, true);
         assert!(r.is_pending("5"));
         assert!(!r.is_pending("6"));
         assert_eq!(r.pending(), 1);
@@ -439,11 +446,12 @@ mod tests {
     #[test]
     fn the_round_result_names_the_server() {
         let mut r = Rounds::default();
-        r.ask(InputKind::Roots, Some("1".into()), (None, true));
+        r.ask(InputKind::Roots, Some("1".into()), None, true);
         r.ask(
             InputKind::Elicitation,
             Some("2".into()),
-            (Some(elicit("a")), true),
+            Some(elicit("a")),
+            true,
         );
         r.open();
         let info = json!({"name": "up", "version": "1"});
