@@ -35,14 +35,15 @@ impl Call {
                 .find_map(|e| input::check_capability(InputKind::Elicitation, Some(e), caps).err())
             {
                 // The upstream call is over (it answered with the error): nothing to cancel.
-                return self.fail(ProxyError::MissingCapability { required }).await;
+                // Boxed, as the park below: rare paths, kept out of every answer's future.
+                return Box::pin(self.fail(ProxyError::MissingCapability { required })).await;
             }
             self.rounds.ask_url_elicitations(&elicitations);
             if self.rounds.has_pending() {
                 // A task lists them; a call answers them as a round.
                 self.list_inputs().await;
                 // A round (parked already, the elicitations join the next one).
-                return self.park().await;
+                return Box::pin(self.park()).await;
             }
         }
         // A task: its final status.

@@ -34,17 +34,19 @@ impl Call {
         let Some(session) = self.session() else {
             return false;
         };
-        let hint = tool_hint(
+        // Boxed, as every await below: a path taken once per refused call, whose futures would
+        // otherwise be carried (and moved) in every final answer's.
+        let hint = Box::pin(tool_hint(
             &self.ctx.tool_hints,
             Some(Arc::clone(&session)),
             &self.spec.target,
-        );
+        ));
         if !hint.await.is_some_and(|h| h.task_required) {
             return false;
         }
         tracing::debug!("the upstream runs this tool only as a task: calling it as one");
-        if let Err(e) = self.start_legacy_task(&session).await {
-            self.fail(e).await;
+        if let Err(e) = Box::pin(self.start_legacy_task(&session)).await {
+            Box::pin(self.fail(e)).await;
         }
         true
     }
@@ -89,12 +91,14 @@ impl Call {
         }
         let params = json!({ "taskId": task.id });
         let status = match self.session() {
-            Some(session) => {
-                tokio::time::timeout(LOOKUP_TIMEOUT, session.request("tasks/get", &params))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-            }
+            // Boxed: only a legacy task's end waits here.
+            Some(session) => Box::pin(tokio::time::timeout(
+                LOOKUP_TIMEOUT,
+                session.request("tasks/get", &params),
+            ))
+            .await
+            .ok()
+            .and_then(Result::ok),
             None => None,
         };
         let message = status.as_ref().map_or_else(

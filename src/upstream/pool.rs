@@ -282,10 +282,9 @@ impl SessionPool {
             },
             extensions: hold,
         };
-        let opened = self
-            .connector
-            .open(&self.client, params, permit, deadline)
-            .await;
+        // Boxed: a session is opened once and leased many times; its handshake's future would
+        // otherwise be carried (and moved) in every lease's.
+        let opened = Box::pin(self.connector.open(&self.client, params, permit, deadline)).await;
         let session = match opened {
             Ok(s) => s,
             // Refusing these credentials is an answer too: the upstream is up.
@@ -309,6 +308,18 @@ impl SessionPool {
     // which case it takes it (same key) or evicts the least recently used idle session (any key,
     // never one a listen stream relies on) so that its permit comes free.
     async fn acquire(&self, key: &PoolKey) -> Result<Acquired, UpstreamError> {
+        if let Some(session) = self.take_idle(key) {
+            return Ok(Acquired::Idle(session));
+        }
+        if let Ok(p) = Arc::clone(&self.permits).try_acquire_owned() {
+            return Ok(Acquired::Permit(p));
+        }
+        // Boxed: only a full pool waits, and its wait is most of this future.
+        Box::pin(self.acquire_waiting(key)).await
+    }
+
+    // `acquire` once neither an idle session nor a permit was at hand.
+    async fn acquire_waiting(&self, key: &PoolKey) -> Result<Acquired, UpstreamError> {
         let deadline = Instant::now() + self.cfg.acquire_timeout;
         let mut waiting = None;
         loop {
