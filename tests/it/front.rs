@@ -536,3 +536,31 @@ async fn ids_of_the_wrong_type_and_non_string_methods_are_400_with_32600() {
     }
     assert!(mock.posted().iter().all(|m| m["method"] != "tools/list"));
 }
+
+// The mirrored target is the params' value as JSON reads it: an escaped name matches its plain
+// header, and a name that is not a string is a missing one (-32602), not a mismatch.
+#[tokio::test]
+async fn the_mirrored_name_is_read_as_json_reads_it() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let headers = [
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", "echo"),
+    ];
+    let escaped = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ec\u0068o",{META}}}}}"#
+    );
+    let (status, answer) = post_exactly(&proxy, &escaped, &headers).await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+    assert!(answer.get("result").is_some(), "{answer}");
+    assert!(mock
+        .posted()
+        .iter()
+        .any(|m| m["method"] == "tools/call" && m["params"]["name"] == "echo"));
+    let number =
+        format!(r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":5,{META}}}}}"#);
+    let (_, answer) = post_exactly(&proxy, &number, &headers).await;
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert_eq!(answer["id"], 2, "{answer}");
+}

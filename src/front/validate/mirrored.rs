@@ -73,8 +73,9 @@ pub(super) fn check(
             Mirrors::Method => method,
             Mirrors::Param(field) => {
                 target = params
-                    .get(field)
-                    .ok_or_else(|| ProxyError::InvalidParams(format!("missing params.{field}")))?;
+                    .string(field)
+                    .ok_or_else(|| ProxyError::InvalidParams(format!("missing params.{field}")))?
+                    .into_owned();
                 &target
             }
         };
