@@ -83,19 +83,26 @@ impl Declared {
     ) -> Result<Self, ExtensionsTooLarge> {
         let mut out = Vec::with_capacity(64);
         out.push(b'{');
-        for key in LEGACY_CAPABILITIES {
-            if let Some(v) = modern.get(key) {
-                if out.len() > 1 {
-                    out.push(b',');
-                }
-                // The keys need no escaping; a `Value` always serializes, into a `Vec` infallibly.
-                out.push(b'"');
-                out.extend_from_slice(key.as_bytes());
-                out.extend_from_slice(b"\":");
-                let _ = serde_json::to_writer(&mut out, v);
+        let mut passed = None;
+        // One pass over the members, in key order (the map's): the legacy ones are written as
+        // they come, `extensions` kept for the end.
+        for (key, v) in modern.as_object().into_iter().flatten() {
+            if key == "extensions" {
+                passed = v.as_object();
+                continue;
             }
+            if !LEGACY_CAPABILITIES.contains(&key.as_str()) {
+                continue;
+            }
+            if out.len() > 1 {
+                out.push(b',');
+            }
+            // The keys need no escaping; a `Value` always serializes, into a `Vec` infallibly.
+            out.push(b'"');
+            out.extend_from_slice(key.as_bytes());
+            out.extend_from_slice(b"\":");
+            let _ = serde_json::to_writer(&mut out, v);
         }
-        let passed = modern.get("extensions").and_then(Value::as_object);
         let extensions = match passed.filter(|all| all.iter().any(passes_on)) {
             Some(all) => {
                 let member = out.len();

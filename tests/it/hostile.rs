@@ -81,6 +81,41 @@ async fn garbage_sse_unknown_ids_and_unknown_notifications_are_ignored_and_the_r
 }
 
 #[tokio::test]
+async fn only_a_well_formed_answer_with_the_calls_own_id_ends_it_however_it_is_spelled() {
+    let mock = Mock::start().await;
+    let events = [
+        // Not ours: the id as a string, as a float, another integer.
+        r#"{"jsonrpc":"2.0","id":"{id}","result":{"content":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":{id}.0,"result":{"content":[]}}"#,
+        r#"{"jsonrpc":"2.0","id":{id}0,"result":{"content":[]}}"#,
+        // Ours, but malformed: cut short, a member twice, an error of the wrong shape.
+        r#"{"jsonrpc":"2.0","id":{id},"result":{"content":[]}"#,
+        r#"{"jsonrpc":"2.0","id":{id},"result":{},"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":{id},"error":{"code":"x"}}"#,
+        // Ours: members in another order, whitespace around the id, escapes, nested keys.
+        concat!(
+            r#"{"result":{"content":[{"type":"text","text":"the \"id\": {id}"}],"#,
+            r#""structuredContent":{"a":{"b":[1,{"c":"}"}]}}},"id" :"#,
+            "\t{id} ,",
+            r#""jsonrpc":"2.0"}"#,
+        ),
+    ];
+    mock.script("spelled", vec![events.map(Step::EventWithId).to_vec()]);
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let ex = call(&proxy, "spelled").await;
+    assert_eq!(ex.status, StatusCode::OK);
+    let result = ex.result();
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("the \"id\": "), "{result}");
+    assert_eq!(
+        result["structuredContent"]["a"]["b"][1]["c"], "}",
+        "{result}"
+    );
+    assert_eq!(result["resultType"], "complete", "{result}");
+    assert_clean(&proxy).await;
+}
+
+#[tokio::test]
 async fn an_upstream_5xx_is_a_502_json_rpc_error_and_the_next_call_works() {
     let mock = Mock::start().await;
     mock.script("flaky", vec![vec![Step::Status(500)], vec![done()]]);

@@ -38,6 +38,9 @@ pub enum Step {
     Hang,
     /// Emit these bytes on the call's SSE stream as they are (garbage, half an event).
     Raw(&'static str),
+    /// Emit one SSE event whose data is this text, every `{id}` in it replaced by the call's
+    /// JSON-RPC id (its JSON text).
+    EventWithId(&'static str),
     /// As the first step: answer the call's POST with this HTTP status instead of a stream
     /// (a `Location` to the mock's own `/redirected` path for a 3xx).
     Status(u16),
@@ -539,6 +542,13 @@ async fn post(st: Arc<State>, sid: Option<String>, known: bool, msg: Value) -> R
                         return;
                     }
                 }
+                Step::EventWithId(text) => {
+                    let data = text.replace("{id}", &id.to_string());
+                    let bytes = Bytes::from(format!("data: {data}\n\n"));
+                    if tx.send(bytes).await.is_err() {
+                        return;
+                    }
+                }
                 Step::Status(_) => {}
             }
         }
@@ -553,7 +563,7 @@ async fn json_mode_call(st: &State, sid: String, id: Value, script: Vec<Step>) -
     let mut last = None;
     for step in script {
         match step {
-            Step::Send(_) | Step::Raw(_) | Step::Status(_) => {}
+            Step::Send(_) | Step::Raw(_) | Step::EventWithId(_) | Step::Status(_) => {}
             Step::SendOnGet(m) => send_on_get(st, &sid, &m).await,
             Step::Await(rid) => await_answer(st, &sid, rid).await,
             Step::Reply(r) => {
