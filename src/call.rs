@@ -31,11 +31,12 @@
 //! calls, `leg` the client exchange, `end` every way a call ends, `task` the call as a task of the
 //! tasks extension, `legacy_task` a tool the upstream runs only as its own (2025-11-25) task.
 
-use std::future::Future;
+use std::future::{Future, Pending};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::future::Either;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -490,10 +491,11 @@ async fn gather_over(until: Option<Instant>) {
     }
 }
 
-// A future that never resolves when there is nothing to wait for.
-pub(super) async fn or_pending<F: Future>(f: Option<F>) -> F::Output {
+// A future that never resolves when there is nothing to wait for. Not an `async fn`: that
+// would hold `f` twice (as passed and as awaited), and a parked call's wait holds ten of them.
+pub(super) fn or_pending<F: Future>(f: Option<F>) -> Either<F, Pending<F::Output>> {
     match f {
-        Some(f) => f.await,
-        None => std::future::pending().await,
+        Some(f) => Either::Left(f),
+        None => Either::Right(std::future::pending()),
     }
 }
