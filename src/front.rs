@@ -42,9 +42,10 @@ mod validate;
 mod well_known;
 
 use crate::auth::Principal;
+use params::Params;
 use retry::Resumed;
 use start::start_call;
-use validate::{ModernRequest, Route};
+use validate::{Envelope, ModernRequest, Route};
 pub(crate) use well_known::serve as well_known;
 
 /// Longest JSON-RPC id recorded in the request span (longer ones are left out).
@@ -53,14 +54,14 @@ const MAX_LOGGED_ID_BYTES: usize = 64;
 const UNREAD_DRAIN: std::time::Duration = std::time::Duration::from_secs(1);
 
 enum Classified {
-    Modern(Message),
+    Modern(Envelope),
     Legacy,
     Notification,
 }
 
 /// For the fuzz targets: whether a modern request validates.
 pub(crate) fn validate_modern(headers: &HeaderMap, msg: Message) -> bool {
-    validate::validate(headers, msg, 4096).is_ok()
+    validate::validate(headers, msg.into(), 4096).is_ok()
 }
 
 /// For the fuzz targets: a mirrored header value decoded (plain, or `=?base64?…?=`).
@@ -336,12 +337,16 @@ fn classify(headers: &HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError
             "batches are not supported".into(),
         ));
     }
+    // The common shape is read in one pass; any other body the general way (which names its faults).
+    if let Some(request) = modern_header.then(|| Params::read_request(bytes)).flatten() {
+        return Ok(Classified::Modern(request.into()));
+    }
     let msg = Message::parse(bytes)?;
     if !modern_header && (msg.method() == "initialize" || !validate::looks_modern(headers, &msg)) {
         return Ok(Classified::Legacy);
     }
     match msg.kind() {
-        Ok(Kind::Request) => Ok(Classified::Modern(msg)),
+        Ok(Kind::Request) => Ok(Classified::Modern(msg.into())),
         Ok(Kind::Notification) => Ok(Classified::Notification),
         _ => Err(ProxyError::InvalidRequest(
             "a modern client sends requests only".into(),
@@ -352,7 +357,7 @@ fn classify(headers: &HeaderMap, bytes: &Bytes) -> Result<Classified, ProxyError
 async fn modern(
     app: Arc<App>,
     inbound: Inbound<'_>,
-    (msg, who): (Message, Principal),
+    (msg, who): (Envelope, Principal),
     mut timer: RequestTimer,
 ) -> Response<Body> {
     timer.label(Era::Modern, metrics::Method::of(msg.method()));

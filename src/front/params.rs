@@ -4,9 +4,12 @@
 //! where a value is needed; the params sent upstream are written from that text. A plain
 //! `tools/call` thus never holds its arguments as a `serde_json::Value` (the profile of issue
 //! 26: the tree, its clone and its drop were a fifth of the call's instructions), and the text is
-//! read once, not checked then split (issue 35).
+//! read once, not checked then split (issue 35). A request of the common shape has its envelope
+//! read in the same pass (`envelope`), its body thus read once in all.
 
 mod checked;
+mod envelope;
+mod plain;
 mod scan;
 
 use std::borrow::Cow;
@@ -28,7 +31,7 @@ use crate::trace_context::{TraceContext, KEYS as TRACE_KEYS};
 const MODERN_ONLY: [&str; 3] = ["inputResponses", "requestState", "task"];
 
 /// A modern request's params: their text, read once (`scan`), and where its members are.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Params {
     /// The params as they came.
     text: Box<str>,
@@ -38,6 +41,17 @@ pub(crate) struct Params {
     /// `_meta`'s members, when it is an object (a `_meta` of another type is dropped: the
     /// request is invalid without the protocol version in it).
     meta: Option<Vec<Member>>,
+}
+
+/// A modern request read in one pass ([`Params::read_request`]).
+#[derive(Debug)]
+pub(crate) struct Request {
+    /// The JSON-RPC id, as written.
+    pub(crate) id: Box<RawValue>,
+    /// The method.
+    pub(crate) method: String,
+    /// The params, read as [`Params::parse`] reads them.
+    pub(crate) params: Params,
 }
 
 /// Checks a whole JSON body as [`Params::parse`] checks params: what a tree would refuse, and no
@@ -91,6 +105,23 @@ impl Params {
                 checked::RESERVED_KEY
             ))),
         }
+    }
+
+    /// Reads a request body of the common shape (`envelope` says which) in one pass: what
+    /// `Message::parse` then [`Params::parse`] read of it, the same. `None` for any other body,
+    /// which they read (and whose faults they name).
+    pub(crate) fn read_request(body: &[u8]) -> Option<Request> {
+        let body = std::str::from_utf8(body).ok()?;
+        let read = envelope::read(body)?;
+        Some(Request {
+            id: RawValue::from_string(read.id.to_owned()).ok()?,
+            method: read.method.to_owned(),
+            params: Self {
+                text: read.params.into(),
+                members: read.members,
+                meta: read.meta,
+            },
+        })
     }
 
     /// Member `key`'s text.
@@ -226,6 +257,80 @@ mod tests {
 
     fn upstream(p: &Params, trace: &TraceContext) -> Value {
         serde_json::from_str(&p.upstream(trace).unwrap()).unwrap()
+    }
+
+    // What `Message::parse` then `Params::parse` read of `body`: id, method, params.
+    fn two_steps(body: &str) -> Result<(String, String, Params), i64> {
+        let msg = crate::jsonrpc::Message::parse(body.as_bytes()).map_err(|_| 0)?;
+        let id = msg.id.as_ref().map_or("", |id| id.get()).to_owned();
+        let method = msg.method.clone().unwrap_or_default();
+        let params = Params::parse(msg.params).map_err(|e| e.to_error_object().code)?;
+        Ok((id, method, params))
+    }
+
+    #[test]
+    fn a_request_of_the_common_shape_is_read_in_one_pass_as_in_two_steps() {
+        let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","k":{"_meta":{"x":1}}}"#;
+        for body in [
+            format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t",{meta}}}}}"#),
+            format!(r#"{{"params":{{{meta},"name":"t"}},"method":"tools/call","id":"a-b","jsonrpc":"2.0"}}"#),
+            format!(" \r\n{{ \"id\" :\t-0 , \"params\" : {{ {meta} }} ,\"jsonrpc\": \"2.0\",\n\"method\":\"x\" }}\n "),
+            r#"{"jsonrpc":"2.0","id":123456789012345678901234,"method":"","params":{}}"#.into(),
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"t\u00e9","requestState":"s","inputResponses":{"k":{"action":"accept","content":{"a":[1.5e3]}}},"_meta":{}}}"#.into(),
+        ] {
+            let Some(read) = Params::read_request(body.as_bytes()) else {
+                panic!("declined: {body}");
+            };
+            let (id, method, params) = two_steps(&body).unwrap();
+            assert_eq!((read.id.get(), read.method.as_str()), (id.as_str(), method.as_str()));
+            assert_eq!(read.params, params, "{body}");
+        }
+    }
+
+    #[test]
+    fn any_other_body_is_declined_for_the_two_steps_to_judge() {
+        // `P` stands for plain params; `Err(0)`: the envelope refused.
+        for (other, judged) in [
+            (r#""jsonrpc":"2.0","id":1,"method":"tools\/call",P"#, Ok(())),
+            (r#""jsonrpc":"2.0","id":"\u0031","method":"x",P"#, Ok(())),
+            (r#""jsonrpc":"2\u002e0","id":1,"method":"x",P"#, Ok(())),
+            (r#""json\u0072pc":"2.0","id":1,"method":"x",P"#, Ok(())),
+            (
+                r#""jsonrpc":"2.0","id":1,"method":"x",P,"extra":[1]"#,
+                Ok(()),
+            ),
+            (r#""jsonrpc":"2.0","id":1.0,"method":"x",P"#, Ok(())),
+            (r#""jsonrpc":"2.0","id":1,"method":"x","id":2,P"#, Err(0)),
+            (r#""jsonrpc":"2.0","id":null,"method":"x",P"#, Err(0)),
+            (r#""jsonrpc":"2.0","id":01,"method":"x",P"#, Err(0)),
+            (r#""jsonrpc":"2.0","id":-,"method":"x",P"#, Err(0)),
+            (r#""jsonrpc":"1.0","id":1,"method":"x",P"#, Err(0)),
+            (r#""id":1,"method":"x",P"#, Err(0)),
+            (r#""jsonrpc":"2.0","id":1,"method":"x",P}{"#, Err(0)),
+            (
+                r#""jsonrpc":"2.0","id":1,"method":"x","params":{"a":1,"a":2}"#,
+                Err(-32602),
+            ),
+            (
+                r#""jsonrpc":"2.0","id":1,"method":"x","params":{"a":1e999}"#,
+                Err(-32700),
+            ),
+            (
+                r#""jsonrpc":"2.0","id":1,"method":"x","params":[1]"#,
+                Err(-32602),
+            ),
+            (
+                r#""jsonrpc":"2.0","id":1,"method":"x","params":null"#,
+                Ok(()),
+            ),
+            (r#""jsonrpc":"2.0","id":1,"method":"x""#, Ok(())),
+        ] {
+            let other = format!("{{{}}}", other.replace('P', r#""params":{"name":"t"}"#));
+            assert!(Params::read_request(other.as_bytes()).is_none(), "{other}");
+            assert_eq!(two_steps(&other).map(drop), judged, "{other}");
+        }
+        let not_utf8 = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\",\"params\":{}}";
+        assert!(Params::read_request(not_utf8).is_none());
     }
 
     #[test]

@@ -6,7 +6,7 @@ use http::{HeaderMap, HeaderName};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::params::Params;
+use super::params::{self, Params};
 use crate::error::ProxyError;
 use crate::jsonrpc::Message;
 use crate::protocol::{
@@ -34,6 +34,26 @@ pub(super) enum Route {
         /// `tools/call`, `prompts/get`, `resources/read`: may answer `input_required`.
         input_capable: bool,
     },
+}
+
+/// A modern request's envelope as `classify` read it, its params read in the same pass or
+/// still raw.
+#[derive(Debug)]
+pub(super) struct Envelope {
+    /// JSON-RPC id (absent on a notification).
+    pub(super) id: Option<Box<RawValue>>,
+    /// Method name.
+    method: Option<String>,
+    /// The params.
+    params: ParamsRead,
+}
+
+/// A request's params: read with its envelope (`Params::read_request`), or left raw by
+/// `Message::parse` (read by `validate`).
+#[derive(Debug)]
+enum ParamsRead {
+    Raw(Option<Box<RawValue>>),
+    Read(Params),
 }
 
 /// A validated modern request.
@@ -75,6 +95,33 @@ impl ModernRequest {
     }
 }
 
+impl Envelope {
+    /// The method name, or `""`.
+    pub(super) fn method(&self) -> &str {
+        self.method.as_deref().unwrap_or("")
+    }
+}
+
+impl From<Message> for Envelope {
+    fn from(msg: Message) -> Self {
+        Self {
+            id: msg.id,
+            method: msg.method,
+            params: ParamsRead::Raw(msg.params),
+        }
+    }
+}
+
+impl From<params::Request> for Envelope {
+    fn from(req: params::Request) -> Self {
+        Self {
+            id: Some(req.id),
+            method: Some(req.method),
+            params: ParamsRead::Read(req.params),
+        }
+    }
+}
+
 /// Routes a method, or says it does not exist in 2026-07-28 behind this proxy.
 ///
 /// # Errors
@@ -109,14 +156,17 @@ pub(super) fn route(method: &str) -> Result<Route, ProxyError> {
 /// unknown or removed methods.
 pub(super) fn validate(
     headers: &HeaderMap,
-    msg: Message,
+    msg: Envelope,
     max_extensions_bytes: usize,
 ) -> Result<ModernRequest, ProxyError> {
     let id = msg
         .id
         .ok_or_else(|| ProxyError::InvalidRequest("expected a request".into()))?;
     let method = msg.method.unwrap_or_default();
-    let params = Params::parse(msg.params)?;
+    let params = match msg.params {
+        ParamsRead::Raw(raw) => Params::parse(raw)?,
+        ParamsRead::Read(params) => params,
+    };
     let body_version: String = params
         .meta(META_VERSION)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
@@ -188,7 +238,7 @@ mod tests {
 
     // With the default bound on extensions.
     pub(super) fn validate(h: &HeaderMap, m: Message) -> Result<ModernRequest, ProxyError> {
-        super::validate(h, m, 4096)
+        super::validate(h, m.into(), 4096)
     }
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

@@ -1,7 +1,8 @@
 //! The differential target of the params readers (`front::params`: its `scan` for a modern
 //! request's params, its `checked` walk for a gated body): the same bytes read by them and by
 //! the oracle (`strict`: a tree, plus a check for keys named twice), which must agree on what is
-//! taken and on what goes upstream.
+//! taken and on what goes upstream; and the one-pass reader of a request body
+//! (`Params::read_request`) against the two steps it stands for.
 
 use http::HeaderMap;
 use serde_json::value::RawValue;
@@ -9,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::strict::{self, Read};
 use crate::front::params::{check_body, Params};
+use crate::jsonrpc::{Kind, Message};
 use crate::protocol::{INVALID_PARAMS, INVALID_REQUEST, META_PREFIX, PARSE_ERROR};
 use crate::trace_context::{Carried, TraceContext, KEYS as TRACE_KEYS};
 
@@ -35,7 +37,15 @@ const MODERN_ONLY: [&str; 3] = ["inputResponses", "requestState", "task"];
 /// when not an object. What a tree refuses (a number out of range, a lone surrogate, nesting
 /// past 128) is -32700 everywhere; the key named twice is what is wrong first when it comes
 /// before the rest.
+///
+/// The input is also read as a whole request body, and as the params of one, by the one-pass
+/// reader (`one_pass`).
 pub fn params(data: &[u8]) {
+    one_pass(data, None);
+    let mut request = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"#.to_vec();
+    request.extend_from_slice(data);
+    request.push(b'}');
+    one_pass(&request, Some(data.trim_ascii()));
     let expected = strict::read(data);
     body(data, &expected);
     // The envelope reads `params` as a raw value, which is laxer than a tree.
@@ -57,6 +67,41 @@ pub fn params(data: &[u8]) {
         }
         (expected, walked) => {
             panic!("the walker and the oracle disagree: oracle {expected:?}, walker {walked:?}")
+        }
+    }
+}
+
+// The one-pass reader of a request body against the two steps it stands for (`Message::parse`,
+// then `Params::parse`): it declines the body, or reads of it what they read (the same id,
+// method and params, member by member), and only ever of a request they take. When the body is
+// known to be of the common shape but for its params (`shaped`: their text), it declines none
+// the two steps take.
+fn one_pass(body: &[u8], shaped: Option<&[u8]>) {
+    let fast = Params::read_request(body);
+    let Ok(msg) = Message::parse(body) else {
+        assert!(
+            fast.is_none(),
+            "the one pass took a body the envelope refuses"
+        );
+        return;
+    };
+    let request = msg.kind().ok() == Some(Kind::Request);
+    let params_text = msg.params.as_ref().map(|p| p.get().as_bytes().to_vec());
+    let (id, method) = (msg.id, msg.method);
+    let slow = Params::parse(msg.params);
+    match (fast, slow) {
+        (None, Ok(_)) => assert!(
+            !(request && shaped.is_some() && params_text.as_deref() == shaped),
+            "the one pass declined a body of the common shape"
+        ),
+        (None, Err(_)) => {}
+        (Some(fast), Ok(params)) if request => {
+            assert_eq!(Some(fast.id.get()), id.as_deref().map(RawValue::get), "id");
+            assert_eq!(Some(fast.method), method, "method");
+            assert_eq!(fast.params, params, "params");
+        }
+        (Some(fast), slow) => {
+            panic!("the one pass took what the two steps do not: {fast:?}, {slow:?}")
         }
     }
 }

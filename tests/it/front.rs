@@ -564,3 +564,48 @@ async fn the_mirrored_name_is_read_as_json_reads_it() {
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
     assert_eq!(answer["id"], 2, "{answer}");
 }
+
+// A modern request is read in one pass when of the common shape, else in two steps
+// (`front::params::envelope`): either way the same answer. Served whatever the order of its
+// keys, its whitespace, an escape or an extra member; a key named twice is the envelope's
+// -32600 at the top (no id: which one would it be?) and -32602 with the id in the params.
+#[tokio::test]
+async fn a_request_is_answered_alike_whether_read_in_one_pass_or_two() {
+    let mock = Mock::start().await;
+    let proxy = TestProxy::start(&mock.url(), "").await;
+    let c = proxy.client(json!({}));
+    let headers = h(&[("mcp-method", "tools/call"), ("mcp-name", "plain")]);
+    let params = format!(r#"{{ "arguments" : {{}} ,"name":"plain", {META} }}"#);
+    for body in [
+        format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params}}}"#),
+        format!("\n{{ \"params\" :\t{params} , \"method\" : \"tools/call\",\r\n\"id\":7, \"jsonrpc\":\"2.0\" }} "),
+        format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools\/call","params":{params}}}"#),
+        format!(r#"{{"jsonrpc":"2\u002e0","id":7,"method":"tools/call","params":{params}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{params},"x":[1]}}"#),
+    ] {
+        let ex = c.send_raw(body.clone().into(), &headers).await.unwrap();
+        assert_eq!(ex.result()["resultType"], "complete", "{body}");
+        assert_eq!(ex.last["id"], 7, "{body}");
+    }
+    let twice_at_top =
+        format!(r#"{{"jsonrpc":"2.0","id":7,"id":8,"method":"tools/call","params":{params}}}"#);
+    let twice_in_params = format!(
+        r#"{{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{{"name":"plain","arguments":{{"p":1,"p":2}},{META}}}}}"#
+    );
+    for (body, code, id) in [
+        (twice_at_top, -32600, json!(null)),
+        (twice_in_params, -32602, json!("a")),
+    ] {
+        let ex = c.send_raw(body.clone().into(), &headers).await.unwrap();
+        assert_eq!(ex.status, StatusCode::BAD_REQUEST, "{body}");
+        assert_eq!(error_of(&ex)["code"], code, "{body}");
+        assert_eq!(ex.last["id"], id, "{body}");
+    }
+    assert_eq!(
+        mock.posted()
+            .iter()
+            .filter(|m| m["method"] == "tools/call")
+            .count(),
+        5
+    );
+}

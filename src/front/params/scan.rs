@@ -9,6 +9,7 @@
 use std::borrow::Cow;
 
 use super::checked::{Keys, Refused, FEW_KEYS, RESERVED_KEY};
+use super::plain::plain_run;
 
 /// Containers nested this deep are refused, as serde_json's recursion limit refuses them.
 const MAX_DEPTH: usize = 128;
@@ -16,14 +17,14 @@ const MAX_DEPTH: usize = 128;
 const PLAIN_DIGITS: usize = 18;
 
 /// An object member: its key, and its value as a span of the text.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Member {
     key: Key,
     value: (usize, usize),
 }
 
 /// A key: a span of the text when it holds no escape, else its decoded text.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Key {
     At(usize, usize),
     Own(Box<str>),
@@ -44,38 +45,19 @@ impl Member {
     }
 }
 
+/// An object's members and, when `_meta` is an object, `_meta`'s (each sorted by key).
+pub(super) type Members = (Vec<Member>, Option<Vec<Member>>);
+
 /// What one pass found: `None` when the text is not an object (checked all the same), else its
-/// members and, when `_meta` is an object, `_meta`'s (each sorted by key).
-pub(super) type Found = Option<(Vec<Member>, Option<Vec<Member>>)>;
+/// members.
+pub(super) type Found = Option<Members>;
 
 /// Checks JSON text `text` and finds its members.
 pub(super) fn scan(text: &str) -> Result<Found, Refused> {
-    let mut s = Scanner {
-        text,
-        at: 0,
-        keys: Vec::new(),
-    };
+    let mut s = Scanner::new(text);
     s.space();
     let found = if s.peek() == Some(b'{') {
-        let (mut members, mut meta) = (Vec::new(), None);
-        s.object(1, &mut |s, key, depth| {
-            match (&*key, s.peek()) {
-                ("_meta", Some(b'{')) => {
-                    let mut inner = Vec::new();
-                    s.object(depth + 1, &mut |s, key, depth| {
-                        s.recorded(key, depth, &mut inner)
-                    })?;
-                    sort(text, &mut inner);
-                    meta = Some(inner);
-                    Ok(())
-                }
-                // Dropped: the request is invalid without the protocol version in `_meta`.
-                ("_meta", _) => s.value(depth),
-                _ => s.recorded(key, depth, &mut members),
-            }
-        })?;
-        sort(text, &mut members);
-        Some((members, meta))
+        Some(s.params()?)
     } else {
         s.value(0)?;
         None
@@ -85,6 +67,17 @@ pub(super) fn scan(text: &str) -> Result<Found, Refused> {
         return Err(malformed("trailing characters"));
     }
     Ok(found)
+}
+
+/// Checks the object `text` opens with (at its `{`; the text may go on past it) as [`scan`]
+/// checks params, and finds its members: those and the length of the object's text.
+pub(super) fn scan_object(text: &str) -> Result<(Members, usize), Refused> {
+    let mut s = Scanner::new(text);
+    if s.peek() != Some(b'{') {
+        return Err(malformed("expected an object"));
+    }
+    let found = s.params()?;
+    Ok((found, s.at))
 }
 
 // By key, as a `BTreeMap` keeps members (keys are unique: a key named twice was refused).
@@ -109,6 +102,36 @@ struct Scanner<'a> {
 }
 
 impl<'a> Scanner<'a> {
+    fn new(text: &'a str) -> Self {
+        Self {
+            text,
+            at: 0,
+            keys: Vec::new(),
+        }
+    }
+
+    /// The params object (at its `{`): its members, and `_meta`'s when it is an object.
+    fn params(&mut self) -> Result<Members, Refused> {
+        let text = self.text;
+        let (mut members, mut meta) = (Vec::new(), None);
+        self.object(1, &mut |s, key, depth| match (&*key, s.peek()) {
+            ("_meta", Some(b'{')) => {
+                let mut inner = Vec::new();
+                s.object(depth + 1, &mut |s, key, depth| {
+                    s.recorded(key, depth, &mut inner)
+                })?;
+                sort(text, &mut inner);
+                meta = Some(inner);
+                Ok(())
+            }
+            // Dropped: the request is invalid without the protocol version in `_meta`.
+            ("_meta", _) => s.value(depth),
+            _ => s.recorded(key, depth, &mut members),
+        })?;
+        sort(text, &mut members);
+        Ok((members, meta))
+    }
+
     fn peek(&self) -> Option<u8> {
         self.text.as_bytes().get(self.at).copied()
     }
@@ -333,28 +356,6 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// Where the first byte from `at` that ends a plain run of a string is (a quote, a backslash, a
-/// control character), eight bytes at a time; `bytes.len()`-ish when none (the caller reads on).
-fn plain_run(bytes: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    const QUOTE: u64 = u64::from_ne_bytes([b'"'; 8]);
-    const SLASH: u64 = u64::from_ne_bytes([b'\\'; 8]);
-    const SPACE: u64 = u64::from_ne_bytes([0x20; 8]);
-    while let Some(chunk) = bytes.get(at..at + 8) {
-        let mut word = [0; 8];
-        word.copy_from_slice(chunk);
-        let w = u64::from_ne_bytes(word);
-        let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
-        let special = zero(w ^ QUOTE) | zero(w ^ SLASH) | (w.wrapping_sub(SPACE) & !w & HIGH);
-        if special != 0 {
-            return at;
-        }
-        at += 8;
-    }
-    at
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::Value;
@@ -480,18 +481,5 @@ mod tests {
         let meta = |n: usize| format!(r#"{{"_meta":{{"k":{}}}}}"#, nested(n));
         assert_eq!(refused(&meta(125)), None);
         assert!(malformed(&meta(126)));
-    }
-
-    #[test]
-    fn a_plain_run_stops_at_the_first_special_byte() {
-        for at in 0..20 {
-            for special in [b'"', b'\\', 0x1f, 0] {
-                let mut bytes = vec![b'a'; 24];
-                bytes[at] = special;
-                let stop = plain_run(&bytes, 0);
-                assert!(stop <= at && bytes[stop..at].iter().all(|b| *b == b'a'));
-            }
-        }
-        assert_eq!(plain_run("ééééé\u{7f}".as_bytes(), 0), 8);
     }
 }
