@@ -194,8 +194,7 @@ fn launch(ctx: Arc<CallContext>, mut spec: CallSpec, phase: Phase<TaskRun>, roun
         inbox_rx,
     };
     // Boxed: spawning moves a future by value through the task's setup more than once; a box
-    // moves as one pointer. The call is boxed first: an `async fn` keeps its `self` argument
-    // twice (as passed and as bound), and a pointer is 8 bytes where the call is over 1 KiB.
+    // moves as one pointer. The call too: an `async fn` keeps a by-value `self` twice.
     let actors = call.ctx.actors.clone();
     actors.spawn(Box::pin(Box::new(call).run()));
 }
@@ -339,9 +338,8 @@ impl Call {
         Box::pin(self.turn_away_queued_retries()).await;
     }
 
-    // Each arm's future is boxed as it runs, so that an event's future is the size of its own
-    // work, not of the largest arm's (moving ~5 KiB per event was a tenth of a plain call's
-    // instructions).
+    // Each arm is boxed as it runs: an event's future is the size of its own work, not of the
+    // largest arm's (moving ~5 KiB per event was a tenth of a plain call's instructions).
     async fn on_event(&mut self, event: Event) {
         match event {
             Event::Upstream(Some(Ok(bytes))) => Box::pin(self.on_upstream(bytes)).await,
