@@ -4,21 +4,23 @@
 //! string with an escape decodes to is left to them (and to serde_json).
 
 /// Where the first byte from `at` that ends a plain run of a string is (a quote, a backslash, a
-/// control character), eight bytes at a time; `bytes.len()`-ish when none (the caller reads on).
+/// control character), eight bytes at a time; within the last eight bytes, the caller reads on.
 pub(super) fn plain_run(bytes: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
-    const QUOTE: u64 = u64::from_ne_bytes([b'"'; 8]);
-    const SLASH: u64 = u64::from_ne_bytes([b'\\'; 8]);
-    const SPACE: u64 = u64::from_ne_bytes([0x20; 8]);
+    const ONES: u64 = u64::from_le_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; 8]);
+    const QUOTE: u64 = u64::from_le_bytes([b'"'; 8]);
+    const SLASH: u64 = u64::from_le_bytes([b'\\'; 8]);
+    const SPACE: u64 = u64::from_le_bytes([0x20; 8]);
     while let Some(chunk) = bytes.get(at..at + 8) {
         let mut word = [0; 8];
         word.copy_from_slice(chunk);
-        let w = u64::from_ne_bytes(word);
+        // Little-endian: the first byte is the lowest, so the lowest flag is the first special
+        // byte (a borrow only ever flags bytes above a true one, never below).
+        let w = u64::from_le_bytes(word);
         let zero = |v: u64| v.wrapping_sub(ONES) & !v & HIGH;
         let special = zero(w ^ QUOTE) | zero(w ^ SLASH) | (w.wrapping_sub(SPACE) & !w & HIGH);
         if special != 0 {
-            return at;
+            return at + (special.trailing_zeros() / 8) as usize;
         }
         at += 8;
     }
@@ -54,10 +56,14 @@ mod tests {
             for special in [b'"', b'\\', 0x1f, 0] {
                 let mut bytes = vec![b'a'; 24];
                 bytes[at] = special;
-                let stop = plain_run(&bytes, 0);
-                assert!(stop <= at && bytes[stop..at].iter().all(|b| *b == b'a'));
+                assert_eq!(plain_run(&bytes, 0), at, "{special} at {at}");
             }
         }
+        // A byte one above a special one, right after it (a borrow flags it too): the first
+        // still wins.
+        assert_eq!(plain_run(b"ab\"#\"#abcdef", 0), 2);
+        assert_eq!(plain_run(b"abcd\\]\\]xyz", 0), 4);
+        assert_eq!(plain_run(b"abcdef\x00\x01zzzz", 0), 6);
         assert_eq!(plain_run("ééééé\u{7f}".as_bytes(), 0), 8);
     }
 
