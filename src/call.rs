@@ -114,8 +114,8 @@ pub(crate) struct CallSpec {
     /// Params sent upstream (modern-only fields removed), as JSON text: kept for a re-send
     /// after -32042, and a parked call holds text, not a tree several times its size.
     pub(crate) upstream_params: Option<Box<str>>,
-    /// Declared client capabilities.
-    pub(crate) capabilities: Value,
+    /// Declared client capabilities (shared with the front's memo of them).
+    pub(crate) capabilities: Arc<Value>,
     /// What the session serving it declares upstream (the pool's key).
     pub(crate) declared: Declared,
     /// May park (`tools/call`, `prompts/get`, `resources/read`).

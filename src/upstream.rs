@@ -20,7 +20,7 @@ mod stream;
 pub(crate) use changes::Change;
 pub(crate) use client::UpstreamError;
 pub(crate) use credentials::Credentials;
-pub(crate) use declared::Declared;
+pub(crate) use declared::{Declared, ExtensionsTooLarge};
 pub(crate) use link::{Link, Owner, SinkFuture};
 pub(crate) use own::OwnSession;
 pub(crate) use pins::{Pin, PrincipalBound};

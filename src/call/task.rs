@@ -88,7 +88,7 @@ impl Call {
                 .upstream_params
                 .as_deref()
                 .and_then(|p| RawValue::from_string(p.to_owned()).ok()),
-            capabilities: spec.capabilities.clone(),
+            capabilities: Value::clone(&spec.capabilities),
             answered: self.replay.answered().to_vec(),
         })
     }

@@ -72,7 +72,7 @@ pub(super) fn start_adopted(app: &Arc<App>, rerun: Rerun, who: &Principal) {
         upstream_params: call.params.map(Box::<str>::from),
         target: call.target,
         method: call.method,
-        capabilities: call.capabilities,
+        capabilities: Arc::new(call.capabilities),
         declared,
         input_capable: true,
         principal: rerun.principal,

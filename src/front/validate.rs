@@ -2,6 +2,8 @@
 //! check), `_meta`, version and method routing, into a [`ModernRequest`]. Pure functions over
 //! headers and a parsed envelope; no IO.
 
+use std::sync::Arc;
+
 use http::{HeaderMap, HeaderName};
 use serde_json::value::RawValue;
 use serde_json::Value;
@@ -15,6 +17,7 @@ use crate::protocol::{
 use crate::trace_context::{Carried, Dropped, TraceContext};
 use crate::upstream::Declared;
 
+mod capabilities;
 mod mirrored;
 
 pub(super) use mirrored::decode_header_value;
@@ -68,7 +71,7 @@ pub(super) struct ModernRequest {
     /// Tool or prompt name, resource uri or task id (`""` for other methods).
     target: String,
     /// Declared client capabilities.
-    pub(super) capabilities: Value,
+    pub(super) capabilities: Arc<Value>,
     /// What a session serving it declares upstream (the pool's key).
     pub(super) declared: Declared,
     /// `io.modelcontextprotocol/logLevel`, when set.
@@ -176,20 +179,18 @@ pub(super) fn validate(
             requested: body_version,
         });
     }
-    let capabilities = params
-        .meta::<Value>(META_CAPABILITIES)
-        .filter(Value::is_object)
-        .ok_or_else(|| {
-            ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"))
-        })?;
-    let declared = Declared::of(&capabilities, max_extensions_bytes).map_err(|too| {
-        ProxyError::InvalidParams(format!(
+    let missing = || ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"));
+    let text = params.meta_raw(META_CAPABILITIES).ok_or_else(missing)?;
+    let read = capabilities::read(text, max_extensions_bytes).map_err(|refused| match refused {
+        capabilities::Refused::NotAnObject => missing(),
+        capabilities::Refused::TooLarge(too) => ProxyError::InvalidParams(format!(
             "the extensions of _meta[\"{META_CAPABILITIES}\"] passed on upstream are {} bytes \
              of JSON, above pool.max_extensions ({max_extensions_bytes} bytes); declare fewer \
              or smaller extensions",
             too.bytes
-        ))
+        )),
     })?;
+    let (capabilities, declared) = (read.tree, read.declared);
     let log_level = params.meta(META_LOG_LEVEL);
     let progress_token = params.meta("progressToken");
     let (trace, trace_dropped) =

@@ -125,6 +125,13 @@ impl Declared {
         Ok(Self { text, extensions })
     }
 
+    /// Bytes of the extensions passed on (their canonical JSON; 0 when none), as the bound of
+    /// [`Declared::of`] counts them.
+    pub(crate) fn extension_bytes(&self) -> usize {
+        self.extensions
+            .map_or(0, |(_, object)| self.text.len().saturating_sub(object + 1))
+    }
+
     /// Nothing declared (the proxy's own sessions: probes, checks).
     pub(crate) fn nothing() -> Self {
         Self {
