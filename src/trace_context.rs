@@ -58,6 +58,13 @@ impl TraceContext {
         meta: impl Fn(&'static str) -> Option<Carried<'m>>,
         headers: &'a HeaderMap,
     ) -> (Self, Dropped) {
+        // Most requests carry no trace context: found absent by a look at the few header names
+        // and `_meta` keys, not a lookup per field and source.
+        let carried = KEYS.iter().any(|k| meta(k).is_some())
+            || headers.keys().any(|k| received::HEADER_NAMES.contains(k));
+        if !carried {
+            return (Self::default(), Dropped::default());
+        }
         let mut values = Vec::new();
         let get = |source, key| match source {
             received::Source::Meta => meta(key),

@@ -141,11 +141,7 @@ impl Params {
 
     /// Member `key` when it is a string: borrowed from the params when it holds no escape.
     pub(crate) fn string(&self, key: &str) -> Option<Cow<'_, str>> {
-        let raw = self.raw(key)?;
-        match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
-            Some(plain) if !plain.contains('\\') => Some(Cow::Borrowed(plain)),
-            _ => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
-        }
+        unquoted(self.raw(key)?)
     }
 
     /// `inputResponses`, the round's answers, read in one typed pass (none when absent).
@@ -162,6 +158,11 @@ impl Params {
     /// `_meta[key]`'s text; `None` when absent.
     pub(crate) fn meta_raw(&self, key: &str) -> Option<&str> {
         find(&self.text, self.meta.as_ref()?, key)
+    }
+
+    /// `_meta[key]` when it is a string: borrowed from the params when it holds no escape.
+    pub(crate) fn meta_string(&self, key: &str) -> Option<Cow<'_, str>> {
+        unquoted(self.meta_raw(key)?)
     }
 
     /// `_meta[key]` as a `T`; `None` when absent or of another type.
@@ -199,6 +200,14 @@ impl Params {
         String::from_utf8(out.close())
             .ok()
             .map(String::into_boxed_str)
+    }
+}
+
+// A member's text as a string, when it is one: borrowed when it holds no escape.
+fn unquoted(raw: &str) -> Option<Cow<'_, str>> {
+    match raw.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
+        Some(plain) if !plain.contains('\\') => Some(Cow::Borrowed(plain)),
+        _ => serde_json::from_str::<String>(raw).ok().map(Cow::Owned),
     }
 }
 

@@ -170,13 +170,13 @@ pub(super) fn validate(
         ParamsRead::Raw(raw) => Params::parse(raw)?,
         ParamsRead::Read(params) => params,
     };
-    let body_version: String = params
-        .meta(META_VERSION)
+    let body_version = params
+        .meta_string(META_VERSION)
         .ok_or_else(|| ProxyError::InvalidParams(format!("missing _meta[\"{META_VERSION}\"]")))?;
     let target = mirrored::check(headers, (&method, &body_version), &params)?;
     if body_version != MODERN_VERSION {
         return Err(ProxyError::UnsupportedVersion {
-            requested: body_version,
+            requested: body_version.into_owned(),
         });
     }
     let missing = || ProxyError::InvalidParams(format!("missing _meta[\"{META_CAPABILITIES}\"]"));
@@ -311,6 +311,25 @@ mod tests {
         let e = validate(&h, m).unwrap_err();
         assert_eq!(e.to_error_object().code, -32020, "{e}");
         assert_eq!(e.status(), http::StatusCode::BAD_REQUEST);
+    }
+
+    // The version is read as JSON reads it: escaped, it is the same version; not a string, it
+    // is missing.
+    #[test]
+    fn the_body_version_is_read_as_json_reads_it() {
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ]);
+        let body = |version: &str| {
+            let body = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{"_meta":{{"{META_VERSION}":{version},"{META_CAPABILITIES}":{{}}}}}}}}"#
+            );
+            Message::parse(body.as_bytes()).unwrap()
+        };
+        assert!(validate(&h, body(r#""2026\u002d07-28""#)).is_ok());
+        let e = validate(&h, body("20260728")).unwrap_err();
+        assert_eq!(e.to_error_object().code, -32602, "{e}");
     }
 
     #[test]
