@@ -465,7 +465,7 @@ impl Call {
 
     fn answers_our_request(&self, msg: &Message) -> bool {
         match (&self.upstream, &msg.id) {
-            (Upstream::InFlight { id, .. }, Some(raw)) => raw.get().trim() == id.to_string(),
+            (Upstream::InFlight { id, .. }, Some(raw)) => crate::jsonrpc::id_is(raw, *id),
             _ => false,
         }
     }

@@ -87,11 +87,11 @@ pub(crate) async fn handle(app: Arc<App>, req: Request<Incoming>) -> Response<Bo
 
 async fn handle_in_span(app: Arc<App>, req: Request<Incoming>) -> Response<Body> {
     let timer = RequestTimer::start(&app.metrics);
-    if !cors::origin_allowed(req.headers(), &app.config.server.allowed_origins) {
+    let origin = req.headers().get(header::ORIGIN).cloned();
+    if !cors::origin_allowed(origin.as_ref(), &app.config.server.allowed_origins) {
         let resp = edge::fail(timer, &ProxyError::Forbidden, None);
         return unread(&app, req.into_body(), resp).await;
     }
-    let origin = req.headers().get(header::ORIGIN).cloned();
     if *req.method() == Method::OPTIONS {
         return cors::preflight(origin, req.headers());
     }

@@ -161,6 +161,13 @@ impl Message {
     }
 }
 
+/// Whether `raw` (an id from [`Message::parse`]: valid JSON) is `id` as JSON writes it. Read,
+/// not formatted: of JSON's spellings, only `-0` parses to an integer it does not spell.
+pub(crate) fn id_is(raw: &RawValue, id: i64) -> bool {
+    let text = raw.get().trim();
+    text.parse() == Ok(id) && text != "-0"
+}
+
 // JSON-RPC 2.0 §4: an id is a string, a number, or null; objects, arrays and booleans are not.
 fn valid_id(id: &RawValue) -> bool {
     !matches!(
@@ -237,6 +244,30 @@ pub(crate) fn raw(v: &Value) -> Option<Box<RawValue>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_id_is_ours_only_as_json_writes_our_integer() {
+        let id = |text: &str| {
+            Message::parse(format!(r#"{{"jsonrpc":"2.0","id":{text},"result":{{}}}}"#).as_bytes())
+                .unwrap()
+                .id
+                .unwrap()
+        };
+        for (text, ours) in [("7", 7), (" 7 ", 7), ("-3", -3), ("0", 0)] {
+            assert!(id_is(&id(text), ours), "{text}");
+        }
+        for (text, ours) in [
+            (r#""7""#, 7),
+            ("7.0", 7),
+            ("7e0", 7),
+            ("70", 7),
+            ("-0", 0),
+            ("null", 0),
+            ("99999999999999999999", 7),
+        ] {
+            assert!(!id_is(&id(text), ours), "{text}");
+        }
+    }
 
     #[test]
     fn request_bytes_are_valid_json_with_params_as_given() {

@@ -13,10 +13,11 @@ pub(crate) use quota::Quota;
 
 use crate::body::Body;
 
-/// Requests in flight per principal digest, bounded.
+/// Requests in flight per principal digest, bounded. Hashed with foldhash (seeded per
+/// process): the keys are digests, and every request looks its own up three times.
 #[derive(Debug)]
 pub(crate) struct PrincipalGate {
-    in_flight: DashMap<String, usize>,
+    in_flight: DashMap<String, usize, foldhash::fast::RandomState>,
     max: usize,
 }
 
@@ -31,7 +32,7 @@ impl PrincipalGate {
     /// A gate letting `max` requests of each principal through at once.
     pub(crate) fn new(max: usize) -> Arc<Self> {
         Arc::new(Self {
-            in_flight: DashMap::new(),
+            in_flight: DashMap::default(),
             max,
         })
     }
