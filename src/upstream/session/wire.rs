@@ -61,7 +61,12 @@ pub(super) async fn handshake(
     if !resp.status().is_success() {
         return Err(UpstreamError::from_status(&resp));
     }
-    let id = resp.headers().get(SESSION_HEADER).cloned();
+    // Copied, not cloned: a clone shares the connection's whole read buffer (hyper slices its
+    // headers out of it), which the session id would then keep for the session's life.
+    let id = resp
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
     let mut stream = MessageStream::new(resp, client.max_event_bytes());
     Ok((id, initialize_result(&mut stream).await?))
 }
