@@ -35,8 +35,9 @@ struct Pending {
     /// Raw JSON id of the upstream request; `None` for a URL elicitation made from -32042, which
     /// is answered by re-issuing the call rather than by a response.
     upstream_id: Option<String>,
-    /// The modern embedded request the client sees.
-    embedded: Value,
+    /// The modern embedded request the client sees, as text: a parked call keeps it for as
+    /// long as it waits, and a tree of it was a few B-tree nodes (3 KB for a small form).
+    embedded: Box<RawValue>,
     /// URL-mode `elicitationId`: removed from what the client sees (2026-07-28 has none), kept
     /// to recognise the upstream's `notifications/elicitation/complete`.
     elicitation_id: Option<String>,
@@ -106,7 +107,13 @@ impl Rounds {
         let schema = input::compile_schema(kind, params.as_ref());
         let fingerprint = journaled.then(|| replay::fingerprint(kind.method(), params.as_ref()));
         let (embedded, elicitation_id) = input::to_embedded(kind, params);
+        // A tree of JSON values always writes (`null` stands for the error that cannot come).
+        let embedded = crate::jsonrpc::raw(&embedded).unwrap_or_default();
         self.minted += 1;
+        if self.pending.is_empty() {
+            // A call asks one thing at a time, mostly: not the four places a first push makes.
+            self.pending.reserve_exact(1);
+        }
         let key = format!("{}-{}", kind.key_prefix(), self.minted);
         self.pending.push(Pending {
             asked: Asked { key, kind, schema },
@@ -174,7 +181,7 @@ impl Rounds {
     fn input_requests(&self) -> InputRequests<'_> {
         InputRequests::new(
             (self.pending.iter())
-                .map(|p| (p.asked.key.as_str(), &p.embedded))
+                .map(|p| (p.asked.key.as_str(), &*p.embedded))
                 .collect(),
         )
     }
@@ -238,7 +245,11 @@ impl Rounds {
             .iter_mut()
             .filter_map(|p| {
                 let listed = std::mem::replace(&mut p.listed, true);
-                (!listed).then(|| (p.asked.key.clone(), p.embedded.clone()))
+                // Text this call wrote from a tree: it reads back.
+                (!listed).then(|| {
+                    let embedded = serde_json::from_str(p.embedded.get()).unwrap_or(Value::Null);
+                    (p.asked.key.clone(), embedded)
+                })
             })
             .collect()
     }

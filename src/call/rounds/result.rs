@@ -5,7 +5,6 @@
 use serde::ser::{SerializeMap, Serializer};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::Value;
 
 use crate::protocol::META_SERVER_INFO;
 
@@ -26,11 +25,11 @@ pub(super) fn input_required(
 }
 
 /// The `inputRequests` object: each embedded request by its key, in key order.
-pub(super) struct InputRequests<'a>(Vec<(&'a str, &'a Value)>);
+pub(super) struct InputRequests<'a>(Vec<(&'a str, &'a RawValue)>);
 
 impl<'a> InputRequests<'a> {
     /// The requests `asked` (key, embedded request), put in key order.
-    pub(super) fn new(mut asked: Vec<(&'a str, &'a Value)>) -> Self {
+    pub(super) fn new(mut asked: Vec<(&'a str, &'a RawValue)>) -> Self {
         asked.sort_unstable_by_key(|(key, _)| *key);
         Self(asked)
     }
