@@ -37,6 +37,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::Either;
+use futures_util::StreamExt;
 use serde_json::value::RawValue;
 use serde_json::Value;
 use tokio::sync::{mpsc, watch};
@@ -175,7 +176,7 @@ pub(crate) struct AdoptedTask {
 }
 
 fn launch(ctx: Arc<CallContext>, mut spec: CallSpec, phase: Phase<TaskRun>, rounds: Rounds) {
-    let (inbox_tx, inbox_rx) = mpsc::unbounded_channel();
+    let (inbox_tx, inbox_rx) = futures_channel::mpsc::unbounded();
     let replay = ReplayState::new(spec.replay_from.take());
     let call = Call {
         ctx,
@@ -270,7 +271,7 @@ struct LegacyTask {
 /// The call's entry in the registry, from its first round to its end.
 struct Parking {
     guard: ParkGuard,
-    retries: mpsc::Receiver<Box<Retry>>,
+    retries: futures_channel::mpsc::UnboundedReceiver<Box<Retry>>,
 }
 
 // Field order is drop order: the registry entry goes before the lease closes the session, so a
@@ -293,8 +294,8 @@ struct Call {
     /// When the open exchange began (the first request, or the retry that resumed the call):
     /// the call becomes a task `task_after` later.
     leg_opened: Instant,
-    inbox_tx: mpsc::UnboundedSender<Bytes>,
-    inbox_rx: mpsc::UnboundedReceiver<Bytes>,
+    inbox_tx: futures_channel::mpsc::UnboundedSender<Bytes>,
+    inbox_rx: futures_channel::mpsc::UnboundedReceiver<Bytes>,
 }
 
 enum Event {
@@ -424,9 +425,9 @@ impl Call {
         // fires in the same instant.
         tokio::select! {
             biased;
-            r = or_pending(retries.map(|p| p.retries.recv())) => Event::Retry(r),
+            r = or_pending(retries.map(|p| p.retries.next())) => Event::Retry(r),
             m = or_pending(stream.map(ResponseStream::next)) => Event::Upstream(m),
-            Some(b) = inbox_rx.recv() => Event::Inbox(b),
+            Some(b) = inbox_rx.next() => Event::Inbox(b),
             () = or_pending(leg.map(Leg::closed)) => Event::ClientGone,
             () = or_pending(gather.map(gather_over)) => Event::GatherOver,
             () = or_pending(deadline.map(tokio::time::sleep_until)) => Event::Expired,

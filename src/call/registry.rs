@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
 
 use super::leg::Leg;
 use crate::config::HeldBounds;
@@ -37,25 +37,28 @@ pub(crate) struct Retry {
     pub(crate) task_after: Option<std::time::Duration>,
 }
 
-/// Where a parked call's retries go. They go boxed: the channel's first block, allocated as the
-/// call parks, holds 32 slots, which is 6.8 KiB of every parked call for 217-byte retries and
-/// 0.3 KiB for pointers (docs/BENCHMARKS.md § Issue 35).
+/// Where a parked call's retries go (one at a time: a retry's token is claimed before it is
+/// sent, and the next token is minted only once the call took this one). The channel makes a
+/// node per retry as it comes; a tokio channel's first block and its padded state, allocated as
+/// the call parks, were 0.8 KiB of every parked call (docs/BENCHMARKS.md § Issue 35).
 #[derive(Debug, Clone)]
-pub(crate) struct RetrySender(mpsc::Sender<Box<Retry>>);
+pub(crate) struct RetrySender(UnboundedSender<Box<Retry>>);
 
 impl RetrySender {
-    /// A parked call's retry channel (one retry at a time).
-    pub(crate) fn channel() -> (Self, mpsc::Receiver<Box<Retry>>) {
-        let (tx, rx) = mpsc::channel(1);
+    /// A parked call's retry channel.
+    pub(crate) fn channel() -> (Self, UnboundedReceiver<Box<Retry>>) {
+        let (tx, rx) = futures_channel::mpsc::unbounded();
         (Self(tx), rx)
     }
 
     /// Hands `retry` to the call.
     ///
     /// # Errors
-    /// The call ended (its receiver is gone).
-    pub(crate) async fn send(&self, retry: Retry) -> Result<(), Box<Retry>> {
-        self.0.send(Box::new(retry)).await.map_err(|e| e.0)
+    /// The call ended (its receiver is gone or closed).
+    pub(crate) fn send(&self, retry: Retry) -> Result<(), Box<Retry>> {
+        self.0
+            .unbounded_send(Box::new(retry))
+            .map_err(futures_channel::mpsc::TrySendError::into_inner)
     }
 }
 

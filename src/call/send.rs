@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 
 use super::{or_pending, Call, Leg, Upstream};
 use crate::error::ProxyError;
@@ -106,7 +107,7 @@ impl Call {
         tokio::select! {
             r = headers => BeforeHeaders::Arrived(r),
             () = tokio::time::sleep(timeout) => BeforeHeaders::Arrived(Err(UpstreamError::Timeout)),
-            Some(b) = inbox_rx.recv() => BeforeHeaders::AskedFirst(b),
+            Some(b) = inbox_rx.next() => BeforeHeaders::AskedFirst(b),
             () = or_pending(leg.map(Leg::closed)) => BeforeHeaders::ClientLeft,
             () = or_pending(task_due) => BeforeHeaders::TaskDue,
         }

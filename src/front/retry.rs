@@ -105,7 +105,6 @@ async fn resume(
         task_after: task_after(app, req),
     };
     call.send(retry)
-        .await
         .map_err(|_| TokenError::Gone("the call ended".into()))?;
     TraceContext::event(&tracing::Span::current(), "mrtr.resume", Vec::new);
     Ok(Resumed::Here(rx))

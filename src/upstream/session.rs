@@ -12,7 +12,8 @@ use bytes::Bytes;
 use http::{header, HeaderValue, Method, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use tokio::sync::{mpsc, Notify, OwnedSemaphorePermit};
+use futures_channel::mpsc::UnboundedSender;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -47,7 +48,7 @@ pub(crate) struct Session {
     server_info: Option<Box<RawValue>>,
     credentials: Arc<LiveCredentials>,
     next_id: AtomicI64,
-    inbox: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+    inbox: Mutex<Option<UnboundedSender<Bytes>>>,
     changes: ChangeFeed,
     dead: AtomicBool,
     default_roots: Arc<Vec<Value>>,
@@ -262,7 +263,7 @@ impl Session {
     }
 
     /// Routes server requests from the GET stream to `inbox` (or, with `None`, back to defaults).
-    pub(crate) fn set_inbox(&self, inbox: Option<mpsc::UnboundedSender<Bytes>>) {
+    pub(crate) fn set_inbox(&self, inbox: Option<UnboundedSender<Bytes>>) {
         if let Ok(mut slot) = self.inbox.lock() {
             *slot = inbox;
         }

@@ -41,7 +41,7 @@ impl Session {
                 if msg.method() != "ping" {
                     let inbox = self.inbox.lock().ok().and_then(|s| s.clone());
                     if let Some(inbox) = inbox {
-                        if inbox.send(bytes).is_ok() {
+                        if inbox.unbounded_send(bytes).is_ok() {
                             return;
                         }
                     }
@@ -53,7 +53,7 @@ impl Session {
             Ok(Kind::Notification) if msg.method() == "notifications/cancelled" => {
                 let inbox = self.inbox.lock().ok().and_then(|s| s.clone());
                 if let Some(inbox) = inbox {
-                    let _ = inbox.send(bytes);
+                    let _ = inbox.unbounded_send(bytes);
                 }
             }
             Ok(Kind::Notification) => self.publish_change(msg.method(), &bytes),
@@ -94,31 +94,34 @@ pub(crate) fn default_answer(method: &str, roots: &[Value]) -> Result<Value, Err
     }
 }
 
+// What one attempt to open the GET stream came to.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "returned once per attempt and taken apart at once: boxing the stream would add an allocation per session"
+)]
+enum Opened {
+    /// The upstream accepted it: its messages.
+    Stream(MessageStream),
+    /// It failed or was refused for now: try again after a pause.
+    Failed,
+    /// Nothing more to do: the session is gone or dead, or the upstream offers no GET stream.
+    Stop,
+}
+
 async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
     let mut ready = Some(ready);
     let mut failures = 0u32;
     loop {
-        let Some(session) = weak.upgrade() else { break };
-        if session.is_dead() {
-            break;
-        }
-        let req = session
-            .request_builder(Method::GET)
-            .header(header::ACCEPT, "text/event-stream")
-            .body(body::empty());
-        let Ok(req) = req else { break };
-        let client = session.client.clone();
-        drop(session);
         // Boxed, as the message's handling below: each runs once per stream or per message,
-        // and unboxed they would size (2 KiB each) the task every session keeps while it waits.
-        let resp = Box::pin(client.send(req)).await;
+        // and unboxed their state (the request, the client, the response head: 2 KiB) would
+        // size the task every session keeps while it waits on the stream.
+        let opened = Box::pin(open(&weak)).await;
         if let Some(tx) = ready.take() {
             let _ = tx.send(());
         }
-        match resp {
-            Ok(resp) if resp.status().is_success() => {
+        match opened {
+            Opened::Stream(mut stream) => {
                 failures = 0;
-                let mut stream = MessageStream::new(resp, client.max_event_bytes());
                 while let Some(Ok(msg)) = stream.next().await {
                     let Some(session) = weak.upgrade() else {
                         return;
@@ -126,21 +129,45 @@ async fn get_stream_loop(weak: Weak<Session>, ready: oneshot::Sender<()>) {
                     Box::pin(session.on_get_message(msg)).await;
                 }
             }
-            Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
-                if let Some(s) = weak.upgrade() {
-                    s.mark_dead();
-                }
-                break;
-            }
-            // 405: the upstream offers no GET stream; nothing to listen to.
-            Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => break,
-            Ok(_) | Err(_) => failures += 1,
+            Opened::Failed => failures += 1,
+            Opened::Stop => break,
         }
         if failures > 5 {
             tracing::warn!("giving up on the upstream GET stream after repeated failures");
             break;
         }
         tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.max(1)))).await;
+    }
+}
+
+// One attempt to open the GET stream of the session `weak` names.
+async fn open(weak: &Weak<Session>) -> Opened {
+    let Some(session) = weak.upgrade() else {
+        return Opened::Stop;
+    };
+    if session.is_dead() {
+        return Opened::Stop;
+    }
+    let req = session
+        .request_builder(Method::GET)
+        .header(header::ACCEPT, "text/event-stream")
+        .body(body::empty());
+    let Ok(req) = req else { return Opened::Stop };
+    let client = session.client.clone();
+    drop(session);
+    match client.send(req).await {
+        Ok(resp) if resp.status().is_success() => {
+            Opened::Stream(MessageStream::new(resp, client.max_event_bytes()))
+        }
+        Ok(resp) if resp.status() == StatusCode::NOT_FOUND => {
+            if let Some(s) = weak.upgrade() {
+                s.mark_dead();
+            }
+            Opened::Stop
+        }
+        // 405: the upstream offers no GET stream; nothing to listen to.
+        Ok(resp) if resp.status() == StatusCode::METHOD_NOT_ALLOWED => Opened::Stop,
+        Ok(_) | Err(_) => Opened::Failed,
     }
 }
 
