@@ -7,7 +7,9 @@
 //! `MRTR_BENCH_UPSTREAM=python` parks them in front of the official Python SDK's legacy server
 //! (`tests/interop/servers/py_legacy_server.py` on `tests/interop/.venv/mcp1`, its `ask_name`
 //! tool, no argument) instead of the in-repo Rust upstream; `MRTR_BENCH_CALLS` sets how many
-//! (the Python server is slower to park: 400 is the figure of docs/BENCHMARKS.md § Issue 35).
+//! (the Python server is slower to park: 400 is the figure of docs/BENCHMARKS.md § Issue 35),
+//! `MRTR_BENCH_ARG_BYTES` the Rust upstream's argument size (0 to compare with the Python
+//! server's calls, which carry none).
 
 #![allow(
     clippy::print_stdout,
@@ -52,6 +54,14 @@ fn cycles() -> usize {
 // Every call of a cycle is parked before the first expires (state.ttl = 60 s).
 const ARG_BYTES: usize = 4096;
 
+// `MRTR_BENCH_ARG_BYTES` overrides ARG_BYTES (the Rust upstream's calls only).
+fn arg_bytes() -> usize {
+    std::env::var("MRTR_BENCH_ARG_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(ARG_BYTES)
+}
+
 fn main() {
     support::block_on(run());
 }
@@ -75,7 +85,7 @@ async fn run() {
     let pad = if python {
         String::new()
     } else {
-        "x".repeat(ARG_BYTES)
+        "x".repeat(arg_bytes())
     };
     let arguments = if python {
         json!({})
@@ -87,6 +97,10 @@ async fn run() {
         pad.len(),
         if python { "Python SDK" } else { "Rust" }
     );
+    // The RSS before each cycle: at start for the first, then what the last cycle left once
+    // its calls expired. Per call from it is the cost of parking in a proxy already warm (its
+    // threads, caches and maps grown by the first cycle).
+    let mut before = start;
     for cycle in 1..=cycles() {
         for _ in 0..calls {
             let ex = client
@@ -112,7 +126,9 @@ async fn run() {
         let fds = std::fs::read_dir(format!("/proc/{}/fd", proxy.id())).map_or(0, Iterator::count);
         let sessions = gauge(&metrics, "mrtr_upstream_sessions").await;
         let per = (peak.saturating_sub(start) as f64) * 1024.0 / at_peak.max(1) as f64;
-        println!("cycle {cycle}: {at_peak} parked: {peak} KiB (~{per:.0} B per call); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)");
+        let warm = (peak.saturating_sub(before) as f64) * 1024.0 / at_peak.max(1) as f64;
+        println!("cycle {cycle}: {at_peak} parked: {peak} KiB (~{per:.0} B per call from start, ~{warm:.0} B from {before} KiB before the cycle); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)");
+        before = after;
     }
     drop(proxy);
 }

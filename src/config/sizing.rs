@@ -13,9 +13,10 @@
 use super::pool::Pool;
 use super::state::HeldBounds;
 
-/// What one parked call costs the proxy, measured (`cargo bench --bench sidecar`, capacity:
-/// 63 KiB with a fast upstream; docs/BENCHMARKS.md), and what it is charged against
-/// `state.max_parked_memory` besides its params.
+/// What one parked call is charged against `state.max_parked_memory` besides its params: above
+/// what one costs as measured (docs/BENCHMARKS.md: 38.8 KiB with a fast upstream, `cargo bench
+/// --bench sidecar`'s capacity phase; 51 KiB in front of the official Python server on a fresh
+/// proxy, `cargo bench --bench parked_memory`, where the first calls also pay its warm-up).
 pub const PARKED_CALL_BYTES: usize = 64 * 1024;
 /// Descriptors kept for all but calls: listeners, the admin port, files, stdio pipes.
 const RESERVED_DESCRIPTORS: u64 = 256;
