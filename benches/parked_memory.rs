@@ -1,5 +1,6 @@
 //! `cargo bench --bench parked_memory`: the proxy's RSS (its own process) while 3 000 calls are
-//! parked, and after they expired, over three cycles. Each call carries a 4 KiB argument. Shows
+//! parked — right after parking and again once the allocator's decay is past, every call still
+//! parked — and after they expired, over three cycles. Each call carries a 4 KiB argument. Shows
 //! what a parked call costs and whether that memory comes back once the calls are gone.
 //!
 //! Bounded: CALLS per cycle, CYCLES, and a 120 s wait for expiry each; loopback only.
@@ -37,7 +38,7 @@ fn calls() -> usize {
         .unwrap_or(CALLS)
 }
 
-// `MRTR_BENCH_CYCLES` overrides CYCLES (e.g. 1 for a quicker look).
+// `MRTR_BENCH_SETTLE_S` overrides the 15 s given the allocator's decay before a reading.
 fn settle_s() -> u64 {
     std::env::var("MRTR_BENCH_SETTLE_S")
         .ok()
@@ -45,6 +46,7 @@ fn settle_s() -> u64 {
         .unwrap_or(15)
 }
 
+// `MRTR_BENCH_CYCLES` overrides CYCLES (e.g. 1 for a quicker look).
 fn cycles() -> usize {
     std::env::var("MRTR_BENCH_CYCLES")
         .ok()
@@ -97,10 +99,6 @@ async fn run() {
         pad.len(),
         if python { "Python SDK" } else { "Rust" }
     );
-    // The RSS before each cycle: at start for the first, then what the last cycle left once
-    // its calls expired. Per call from it is the cost of parking in a proxy already warm (its
-    // threads, caches and maps grown by the first cycle).
-    let mut before = start;
     for cycle in 1..=cycles() {
         for _ in 0..calls {
             let ex = client
@@ -114,6 +112,12 @@ async fn run() {
         }
         let peak = rss_kib(proxy.id());
         let at_peak = parked(&metrics).await;
+        // The peak still holds what parking freed and the allocator has not given back yet (it
+        // does within its 10 s decay): the RSS once that is past, every call still parked
+        // (state.ttl is 60 s), is what the parked calls hold.
+        tokio::time::sleep(Duration::from_secs(settle_s())).await;
+        let settled = rss_kib(proxy.id());
+        let still = parked(&metrics).await;
         let deadline = Instant::now() + Duration::from_secs(120);
         while parked(&metrics).await > 0 {
             assert!(Instant::now() < deadline, "the parked calls never expired");
@@ -125,10 +129,13 @@ async fn run() {
         let after = rss_kib(proxy.id());
         let fds = std::fs::read_dir(format!("/proc/{}/fd", proxy.id())).map_or(0, Iterator::count);
         let sessions = gauge(&metrics, "mrtr_upstream_sessions").await;
-        let per = (peak.saturating_sub(start) as f64) * 1024.0 / at_peak.max(1) as f64;
-        let warm = (peak.saturating_sub(before) as f64) * 1024.0 / at_peak.max(1) as f64;
-        println!("cycle {cycle}: {at_peak} parked: {peak} KiB (~{per:.0} B per call from start, ~{warm:.0} B from {before} KiB before the cycle); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)");
-        before = after;
+        let per = |rss: u64, n: u64| (rss.saturating_sub(start) as f64) * 1024.0 / n.max(1) as f64;
+        println!(
+            "cycle {cycle}: {at_peak} parked: {peak} KiB (~{:.0} B per call); {}s later, {still} parked: {settled} KiB (~{:.0} B per call); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)",
+            per(peak, at_peak),
+            settle_s(),
+            per(settled, still),
+        );
     }
     drop(proxy);
 }
