@@ -2,7 +2,7 @@
 //! error codes, for both eras.
 //! Depends on nothing, so every module can name the wire without depending on another's logic.
 
-use http::HeaderName;
+use http::{HeaderName, HeaderValue};
 
 /// The one modern protocol version served.
 pub(crate) const MODERN_VERSION: &str = "2026-07-28";
@@ -37,6 +37,15 @@ pub(crate) const METHOD_HEADER: HeaderName = HeaderName::from_static("mcp-method
 pub(crate) const NAME_HEADER: HeaderName = HeaderName::from_static("mcp-name");
 /// `Mcp-Session-Id`: the legacy session.
 pub(crate) const SESSION_HEADER: HeaderName = HeaderName::from_static("mcp-session-id");
+
+/// The session id a response's head names, copied out of it to be kept: a clone would be a
+/// slice of the connection's read buffer (hyper slices header values out of it) and keep that
+/// whole buffer, 8 KiB, alive for the session's life.
+pub(crate) fn session_id_of(headers: &http::HeaderMap) -> Option<HeaderValue> {
+    let value = headers.get(SESSION_HEADER)?;
+    // Every value hyper parsed is a valid one.
+    HeaderValue::from_bytes(value.as_bytes()).ok()
+}
 
 /// Parse error (invalid JSON).
 pub(crate) const PARSE_ERROR: i64 = -32700;

@@ -16,7 +16,6 @@ use crate::edge;
 use crate::error::ProxyError;
 use crate::front::bridge::with_client_id;
 use crate::jsonrpc::{self, Kind, Message};
-use crate::protocol::SESSION_HEADER;
 use crate::upstream::{base_request, Credentials, MessageStream, UpstreamError};
 
 // Ends what a session had opened upstream (a relayed session's DELETE goes with the
@@ -63,7 +62,7 @@ pub(super) async fn initialize(
     if !resp.status().is_success() {
         return Err(UpstreamError::from_status(&resp).into());
     }
-    let session = resp.headers().get(SESSION_HEADER).cloned();
+    let session = crate::protocol::session_id_of(resp.headers());
     let mut stream = MessageStream::new(resp, app.pool.client().max_event_bytes());
     let mut version = asked;
     let mut opened = false;

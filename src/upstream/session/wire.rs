@@ -61,12 +61,7 @@ pub(super) async fn handshake(
     if !resp.status().is_success() {
         return Err(UpstreamError::from_status(&resp));
     }
-    // Copied, not cloned: a clone shares the connection's whole read buffer (hyper slices its
-    // headers out of it), which the session id would then keep for the session's life.
-    let id = resp
-        .headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok());
+    let id = crate::protocol::session_id_of(resp.headers());
     let mut stream = MessageStream::new(resp, client.max_event_bytes());
     Ok((id, initialize_result(&mut stream).await?))
 }
