@@ -3,7 +3,11 @@
 //! parked — and after they expired, over three cycles. Each call carries a 4 KiB argument. Shows
 //! what a parked call costs and whether that memory comes back once the calls are gone.
 //!
-//! Bounded: CALLS per cycle, CYCLES, and a 120 s wait for expiry each; loopback only.
+//! Each reading is the whole RSS and its anonymous part (heap and stacks, without the program's
+//! own pages, which the first calls page in once: ~4 MB).
+//!
+//! Bounded: CALLS per cycle, CYCLES, two waits of 15 s and one of at most 120 s for expiry each;
+//! loopback only.
 //!
 //! `MRTR_BENCH_UPSTREAM=python` parks them in front of the official Python SDK's legacy server
 //! (`tests/interop/servers/py_legacy_server.py` on `tests/interop/.venv/mcp1`, its `ask_name`
@@ -24,7 +28,7 @@ use std::time::{Duration, Instant};
 use mrtr_proxy::demo::client::ModernClient;
 use mrtr_proxy::demo::upstream::DemoUpstream;
 use serde_json::json;
-use support::{rss_kib, spawn_proxy, ProxyProcess};
+use support::{rss_anon_kib, rss_kib, spawn_proxy, ProxyProcess};
 
 mod support;
 
@@ -84,6 +88,7 @@ async fn run() {
     let client = ModernClient::new(url.clone(), json!({"elicitation": {"form": {}}}));
     let metrics = url.trim_end_matches("/mcp").to_owned() + "/metrics";
     let start = rss_kib(proxy.id());
+    let start_anon = rss_anon_kib(proxy.id());
     let pad = if python {
         String::new()
     } else {
@@ -111,13 +116,18 @@ async fn run() {
             assert_eq!(ex.result()["resultType"], "input_required", "{:?}", ex.last);
         }
         let peak = rss_kib(proxy.id());
+        let peak_anon = rss_anon_kib(proxy.id());
         let at_peak = parked(&metrics).await;
         // The peak still holds what parking freed and the allocator has not given back yet (it
         // does within its 10 s decay): the RSS once that is past, every call still parked
         // (state.ttl is 60 s), is what the parked calls hold.
         tokio::time::sleep(Duration::from_secs(settle_s())).await;
         let settled = rss_kib(proxy.id());
+        let settled_anon = rss_anon_kib(proxy.id());
         let still = parked(&metrics).await;
+        if still != at_peak {
+            println!("({} calls expired before the second reading: it is not per call)", at_peak - still);
+        }
         let deadline = Instant::now() + Duration::from_secs(120);
         while parked(&metrics).await > 0 {
             assert!(Instant::now() < deadline, "the parked calls never expired");
@@ -129,12 +139,14 @@ async fn run() {
         let after = rss_kib(proxy.id());
         let fds = std::fs::read_dir(format!("/proc/{}/fd", proxy.id())).map_or(0, Iterator::count);
         let sessions = gauge(&metrics, "mrtr_upstream_sessions").await;
-        let per = |rss: u64, n: u64| (rss.saturating_sub(start) as f64) * 1024.0 / n.max(1) as f64;
+        let per = |rss: u64, from: u64| (rss.saturating_sub(from) as f64) * 1024.0 / at_peak.max(1) as f64;
         println!(
-            "cycle {cycle}: {at_peak} parked: {peak} KiB (~{:.0} B per call); {}s later, {still} parked: {settled} KiB (~{:.0} B per call); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)",
-            per(peak, at_peak),
+            "cycle {cycle}: {at_peak} parked: {peak} KiB (~{:.0} B per call; anonymous {peak_anon} KiB, ~{:.0} B per call); {}s later, {still} parked: {settled} KiB (~{:.0} B per call; anonymous ~{:.0} B per call); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)",
+            per(peak, start),
+            per(peak_anon, start_anon),
             settle_s(),
-            per(settled, still),
+            per(settled, start),
+            per(settled_anon, start_anon),
         );
     }
     drop(proxy);

@@ -82,10 +82,21 @@ pub(crate) fn launch_proxy(
 
 /// Resident memory of process `pid`, in KiB.
 pub(crate) fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Resident anonymous memory of process `pid` (its heap and stacks: not the pages of its
+/// program, which the first requests page in once), in KiB.
+#[allow(dead_code, reason = "not every bench that shares this module reads it")]
+pub(crate) fn rss_anon_kib(pid: u32) -> u64 {
+    status_kib(pid, "RssAnon:")
+}
+
+fn status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .expect("proc status")
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .expect("VmRSS")
+        .expect(field)
 }

@@ -15,8 +15,9 @@ use super::state::HeldBounds;
 
 /// What one parked call is charged against `state.max_parked_memory` besides its params: above
 /// what one costs as measured (docs/BENCHMARKS.md: 38.8 KiB with a fast upstream, `cargo bench
-/// --bench sidecar`'s capacity phase; 51 KiB in front of the official Python server on a fresh
-/// proxy, `cargo bench --bench parked_memory`, where the first calls also pay its warm-up).
+/// --bench sidecar`'s capacity phase; 43 KiB of anonymous memory, 54 KiB with the program's
+/// pages the first calls fault in, for 400 in front of the official Python server on a fresh
+/// proxy, `cargo bench --bench parked_memory`).
 pub const PARKED_CALL_BYTES: usize = 64 * 1024;
 /// Descriptors kept for all but calls: listeners, the admin port, files, stdio pipes.
 const RESERVED_DESCRIPTORS: u64 = 256;
