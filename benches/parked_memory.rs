@@ -126,7 +126,10 @@ async fn run() {
         let settled_anon = rss_anon_kib(proxy.id());
         let still = parked(&metrics).await;
         if still != at_peak {
-            println!("({} calls expired before the second reading: it is not per call)", at_peak - still);
+            println!(
+                "({} calls expired before the second reading: it is not per call)",
+                at_peak - still
+            );
         }
         let deadline = Instant::now() + Duration::from_secs(120);
         while parked(&metrics).await > 0 {
@@ -139,7 +142,9 @@ async fn run() {
         let after = rss_kib(proxy.id());
         let fds = std::fs::read_dir(format!("/proc/{}/fd", proxy.id())).map_or(0, Iterator::count);
         let sessions = gauge(&metrics, "mrtr_upstream_sessions").await;
-        let per = |rss: u64, from: u64| (rss.saturating_sub(from) as f64) * 1024.0 / at_peak.max(1) as f64;
+        let per = |rss: u64, from: u64| {
+            (rss.saturating_sub(from) as f64) * 1024.0 / at_peak.max(1) as f64
+        };
         println!(
             "cycle {cycle}: {at_peak} parked: {peak} KiB (~{:.0} B per call; anonymous {peak_anon} KiB, ~{:.0} B per call); {}s later, {still} parked: {settled} KiB (~{:.0} B per call; anonymous ~{:.0} B per call); after expiry {after} KiB ({sessions} upstream sessions, {fds} fds open)",
             per(peak, start),

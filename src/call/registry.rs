@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
-use serde_json::{Map, Value};
 use futures_channel::mpsc::{UnboundedReceiver, UnboundedSender};
+use serde_json::{Map, Value};
 
 use super::leg::Leg;
 use crate::config::HeldBounds;

@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use futures_channel::mpsc::UnboundedSender;
 use http::{header, HeaderValue, Method, StatusCode};
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
-use futures_channel::mpsc::UnboundedSender;
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
