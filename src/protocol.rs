@@ -94,3 +94,27 @@ pub(crate) fn strip_hop_by_hop(headers: &mut http::HeaderMap) {
         headers.remove(h);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kept_session_id_is_its_own_copy_not_a_slice_of_the_response_head() {
+        // hyper's values are slices of the connection's read buffer; so is this one.
+        let head = bytes::Bytes::from_static(b"HTTP/1.1 200 OK\r\nmcp-session-id: abc-123\r\n\r\n");
+        let value = HeaderValue::from_maybe_shared(head.slice(33..40)).unwrap();
+        let mut headers = http::HeaderMap::new();
+        headers.insert(SESSION_HEADER, value);
+
+        let kept = session_id_of(&headers).unwrap();
+        assert_eq!(kept, "abc-123");
+        let within = head.as_ptr_range();
+        assert!(
+            !within.contains(&kept.as_bytes().as_ptr()),
+            "the kept id points into the response head"
+        );
+        assert!(within.contains(&headers[SESSION_HEADER].as_bytes().as_ptr()));
+        assert_eq!(session_id_of(&http::HeaderMap::new()), None);
+    }
+}
