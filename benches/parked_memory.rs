@@ -4,7 +4,10 @@
 //! what a parked call costs and whether that memory comes back once the calls are gone.
 //!
 //! Each reading is the whole RSS and its anonymous part (heap and stacks, without the program's
-//! own pages, which the first calls page in once: ~4 MB).
+//! own pages, which the first calls page in once: ~4 MB). Before the first reading, WARMUP
+//! rounds run to their end (parked, answered, resumed), as the sidecar bench's capacity phase
+//! does: the program's pages and the allocator's first arenas are then in the baseline, not
+//! spread over the parked calls (`MRTR_BENCH_WARMUP=0` measures a fresh process instead).
 //!
 //! Bounded: CALLS per cycle, CYCLES, two waits of 15 s and one of at most 120 s for expiry each;
 //! loopback only.
@@ -50,6 +53,17 @@ fn settle_s() -> u64 {
         .unwrap_or(15)
 }
 
+// Rounds run to their end before the baseline reading.
+const WARMUP: usize = 20;
+
+// `MRTR_BENCH_WARMUP` overrides WARMUP (0: the baseline is a proxy that has served nothing).
+fn warmup() -> usize {
+    std::env::var("MRTR_BENCH_WARMUP")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(WARMUP)
+}
+
 // `MRTR_BENCH_CYCLES` overrides CYCLES (e.g. 1 for a quicker look).
 fn cycles() -> usize {
     std::env::var("MRTR_BENCH_CYCLES")
@@ -87,8 +101,6 @@ async fn run() {
     let (proxy, url) = spawn_memory_proxy(&upstream, calls);
     let client = ModernClient::new(url.clone(), json!({"elicitation": {"form": {}}}));
     let metrics = url.trim_end_matches("/mcp").to_owned() + "/metrics";
-    let start = rss_kib(proxy.id());
-    let start_anon = rss_anon_kib(proxy.id());
     let pad = if python {
         String::new()
     } else {
@@ -99,8 +111,14 @@ async fn run() {
     } else {
         json!({"pad": pad})
     };
+    for _ in 0..warmup() {
+        round(&client, &arguments).await;
+    }
+    let start = rss_kib(proxy.id());
+    let start_anon = rss_anon_kib(proxy.id());
     println!(
-        "proxy RSS at start: {start} KiB; {calls} calls parked per cycle, {} B argument each, {} upstream",
+        "proxy RSS at start: {start} KiB after {} rounds; {calls} calls parked per cycle, {} B argument each, {} upstream",
+        warmup(),
         pad.len(),
         if python { "Python SDK" } else { "Rust" }
     );
@@ -155,6 +173,44 @@ async fn run() {
         );
     }
     drop(proxy);
+}
+
+// One round to its end: the call parks, every input request is answered, the call completes.
+async fn round(client: &ModernClient, arguments: &serde_json::Value) {
+    let ex = client
+        .request(
+            "tools/call",
+            json!({"name": "ask_name", "arguments": arguments}),
+        )
+        .await
+        .expect("park");
+    let asked = ex.result();
+    assert_eq!(asked["resultType"], "input_required", "{:?}", ex.last);
+    let answers: serde_json::Map<String, serde_json::Value> = asked["inputRequests"]
+        .as_object()
+        .expect("inputRequests")
+        .keys()
+        .map(|k| {
+            (
+                k.clone(),
+                json!({"action": "accept", "content": {"name": "W"}}),
+            )
+        })
+        .collect();
+    let done = client
+        .request(
+            "tools/call",
+            json!({"name": "ask_name", "arguments": arguments,
+                "inputResponses": answers, "requestState": asked["requestState"]}),
+        )
+        .await
+        .expect("resume");
+    assert_eq!(
+        done.result()["content"][0]["text"],
+        "Hello, W!",
+        "{:?}",
+        done.last
+    );
 }
 
 async fn parked(metrics: &str) -> u64 {
