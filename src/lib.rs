@@ -38,6 +38,7 @@ mod inline_asks;
 mod input;
 mod jsonrpc;
 mod limits;
+mod memo;
 pub mod ops;
 mod protocol;
 mod rewrite;

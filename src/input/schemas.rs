@@ -3,14 +3,15 @@
 //! Compiling a JSON Schema costs far more than the rest of a round (`docs/BENCHMARKS.md` has
 //! the profile), and an upstream's tool asks
 //! with the same schema every time. Compiling is a pure function of the schema, so a validator
-//! compiled once serves every round that asks with the same text. The memo is bounded: past
-//! [`MAX_ENTRIES`] it starts over, and schemas longer than [`MAX_KEY`] bytes are compiled each
-//! time rather than kept.
+//! compiled once serves every round that asks with the same text. The memo (a [`TextMemo`]) is
+//! bounded: past [`MAX_ENTRIES`] it starts over, and schemas longer than [`MAX_KEY`] bytes are
+//! compiled each time rather than kept.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use dashmap::DashMap;
 use serde_json::Value;
+
+use crate::memo::TextMemo;
 
 /// Schemas remembered at most; an upstream that asks with ever-new schemas only costs a
 /// compile per round, as it would with no memo.
@@ -21,27 +22,11 @@ pub(crate) const MAX_KEY: usize = 16 * 1024;
 
 type Compiled = Option<Arc<jsonschema::Validator>>;
 
-fn memo() -> &'static DashMap<Box<str>, Compiled> {
-    static MEMO: OnceLock<DashMap<Box<str>, Compiled>> = OnceLock::new();
-    MEMO.get_or_init(DashMap::new)
-}
+static MEMO: TextMemo<Compiled> = TextMemo::new(MAX_ENTRIES, MAX_KEY);
 
 /// The validator for `schema` (`None` when it does not compile: answers then pass unchecked).
 pub(crate) fn compiled(schema: &Value) -> Compiled {
-    let text = crate::jsonrpc::text(schema);
-    if text.len() > MAX_KEY {
-        return compile(schema);
-    }
-    if let Some(hit) = memo().get(text.as_str()) {
-        return hit.clone();
-    }
-    let validator = compile(schema);
-    let memo = memo();
-    if memo.len() >= MAX_ENTRIES {
-        memo.clear();
-    }
-    memo.insert(text.into_boxed_str(), validator.clone());
-    validator
+    MEMO.get_or(&crate::jsonrpc::text(schema), || compile(schema))
 }
 
 fn compile(schema: &Value) -> Compiled {
@@ -88,7 +73,7 @@ mod tests {
             let s = json!({"type": "object", "properties": {format!("memo-bound-{i}"): {}}});
             assert!(compiled(&s).is_some());
         }
-        assert!(memo().len() <= MAX_ENTRIES);
+        assert!(MEMO.len() <= MAX_ENTRIES);
     }
 
     #[test]

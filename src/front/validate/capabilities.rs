@@ -4,14 +4,14 @@
 //! the call, and the legacy declaration its upstream session is keyed by, `Declared::of`) was
 //! ~2k instructions of a modern call; finding them by their text is a tenth of that. Reading is
 //! a pure function of the text, so what was read once serves every request that declares the
-//! same text. Bounded as the schema memo is: past [`MAX_ENTRIES`] it starts over, and a text
-//! longer than [`MAX_KEY`] bytes is read each time rather than kept.
+//! same text (a [`TextMemo`]: past [`MAX_ENTRIES`] it starts over, and a text longer than
+//! [`MAX_KEY`] bytes is read each time rather than kept).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use dashmap::DashMap;
 use serde_json::Value;
 
+use crate::memo::TextMemo;
 use crate::upstream::{Declared, ExtensionsTooLarge};
 
 /// Declarations remembered at most.
@@ -36,39 +36,23 @@ pub(super) enum Refused {
     TooLarge(ExtensionsTooLarge),
 }
 
-fn memo() -> &'static DashMap<Box<str>, Read> {
-    static MEMO: OnceLock<DashMap<Box<str>, Read>> = OnceLock::new();
-    MEMO.get_or_init(DashMap::new)
-}
+static MEMO: TextMemo<Read> = TextMemo::new(MAX_ENTRIES, MAX_KEY);
 
 /// The capabilities declared as `text` (JSON already checked), their extensions passed on at
 /// most `max_extensions_bytes` (checked on every request: the bound is the caller's).
 pub(super) fn read(text: &str, max_extensions_bytes: usize) -> Result<Read, Refused> {
-    let kept = text.len() <= MAX_KEY;
-    let hit = kept.then(|| memo().get(text).map(|r| r.clone())).flatten();
-    let read = match hit {
-        Some(read) => read,
-        None => {
-            let tree = serde_json::from_str::<Value>(text)
-                .ok()
-                .filter(Value::is_object)
-                .ok_or(Refused::NotAnObject)?;
-            // Unbounded here: the bound is checked below, hit or not.
-            let declared = Declared::of(&tree, usize::MAX).map_err(Refused::TooLarge)?;
-            let read = Read {
-                tree: Arc::new(tree),
-                declared,
-            };
-            if kept {
-                let memo = memo();
-                if memo.len() >= MAX_ENTRIES {
-                    memo.clear();
-                }
-                memo.insert(text.into(), read.clone());
-            }
-            read
-        }
-    };
+    let read = MEMO.get_or_try(text, || {
+        let tree = serde_json::from_str::<Value>(text)
+            .ok()
+            .filter(Value::is_object)
+            .ok_or(Refused::NotAnObject)?;
+        // Unbounded here: the bound is checked below, remembered or not.
+        let declared = Declared::of(&tree, usize::MAX).map_err(Refused::TooLarge)?;
+        Ok(Read {
+            tree: Arc::new(tree),
+            declared,
+        })
+    })?;
     let bytes = read.declared.extension_bytes();
     if bytes > max_extensions_bytes {
         return Err(Refused::TooLarge(ExtensionsTooLarge { bytes }));
@@ -124,7 +108,7 @@ mod tests {
                 matches!(read(text, 1024), Err(Refused::NotAnObject)),
                 "{text}"
             );
-            assert!(memo().get(text).is_none(), "{text}");
+            assert!(!MEMO.holds(text), "{text}");
         }
     }
 }
