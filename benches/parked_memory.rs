@@ -39,18 +39,12 @@ const CALLS: usize = 3000;
 const CYCLES: usize = 3;
 
 fn calls() -> usize {
-    std::env::var("MRTR_BENCH_CALLS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CALLS)
+    support::env_or("MRTR_BENCH_CALLS", CALLS)
 }
 
 // `MRTR_BENCH_SETTLE_S` overrides the 15 s given the allocator's decay before a reading.
 fn settle_s() -> u64 {
-    std::env::var("MRTR_BENCH_SETTLE_S")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(15)
+    support::env_or("MRTR_BENCH_SETTLE_S", 15)
 }
 
 // Rounds run to their end before the baseline reading.
@@ -58,28 +52,19 @@ const WARMUP: usize = 20;
 
 // `MRTR_BENCH_WARMUP` overrides WARMUP (0: the baseline is a proxy that has served nothing).
 fn warmup() -> usize {
-    std::env::var("MRTR_BENCH_WARMUP")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(WARMUP)
+    support::env_or("MRTR_BENCH_WARMUP", WARMUP)
 }
 
 // `MRTR_BENCH_CYCLES` overrides CYCLES (e.g. 1 for a quicker look).
 fn cycles() -> usize {
-    std::env::var("MRTR_BENCH_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(CYCLES)
+    support::env_or("MRTR_BENCH_CYCLES", CYCLES)
 }
 // Every call of a cycle is parked before the first expires (state.ttl = 60 s).
 const ARG_BYTES: usize = 4096;
 
 // `MRTR_BENCH_ARG_BYTES` overrides ARG_BYTES (the Rust upstream's calls only).
 fn arg_bytes() -> usize {
-    std::env::var("MRTR_BENCH_ARG_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(ARG_BYTES)
+    support::env_or("MRTR_BENCH_ARG_BYTES", ARG_BYTES)
 }
 
 fn main() {
@@ -124,14 +109,7 @@ async fn run() {
     );
     for cycle in 1..=cycles() {
         for _ in 0..calls {
-            let ex = client
-                .request(
-                    "tools/call",
-                    json!({"name": "ask_name", "arguments": arguments}),
-                )
-                .await
-                .expect("park");
-            assert_eq!(ex.result()["resultType"], "input_required", "{:?}", ex.last);
+            park(&client, &arguments).await;
         }
         let peak = rss_kib(proxy.id());
         let peak_anon = rss_anon_kib(proxy.id());
@@ -175,8 +153,8 @@ async fn run() {
     drop(proxy);
 }
 
-// One round to its end: the call parks, every input request is answered, the call completes.
-async fn round(client: &ModernClient, arguments: &serde_json::Value) {
+// One call of `ask_name`, parked: its `input_required` result.
+async fn park(client: &ModernClient, arguments: &serde_json::Value) -> serde_json::Value {
     let ex = client
         .request(
             "tools/call",
@@ -184,8 +162,13 @@ async fn round(client: &ModernClient, arguments: &serde_json::Value) {
         )
         .await
         .expect("park");
-    let asked = ex.result();
-    assert_eq!(asked["resultType"], "input_required", "{:?}", ex.last);
+    assert_eq!(ex.result()["resultType"], "input_required", "{:?}", ex.last);
+    ex.result().clone()
+}
+
+// One round to its end: the call parks, every input request is answered, the call completes.
+async fn round(client: &ModernClient, arguments: &serde_json::Value) {
+    let asked = park(client, arguments).await;
     let answers: serde_json::Map<String, serde_json::Value> = asked["inputRequests"]
         .as_object()
         .expect("inputRequests")

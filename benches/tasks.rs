@@ -40,20 +40,14 @@ const GETS: usize = 2000;
 const SECRET: &str = "bench-tasks-shared-secret-0123456789abcdef";
 
 fn tasks() -> usize {
-    std::env::var("MRTR_BENCH_TASKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(TASKS)
+    support::env_or("MRTR_BENCH_TASKS", TASKS)
 }
 
 /// Finished tasks added after the waiting ones (`MRTR_BENCH_FINISHED_TASKS` overrides).
 const FINISHED: usize = 10_000;
 
 fn finished_tasks() -> usize {
-    std::env::var("MRTR_BENCH_FINISHED_TASKS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(FINISHED)
+    support::env_or("MRTR_BENCH_FINISHED_TASKS", FINISHED)
 }
 
 fn main() {

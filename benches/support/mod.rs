@@ -80,6 +80,15 @@ pub(crate) fn launch_proxy(
     (child, url)
 }
 
+/// The number in environment variable `name`, or `default` when it is unset or not a number.
+#[allow(dead_code, reason = "not every bench that shares this module reads it")]
+pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Resident memory of process `pid`, in KiB.
 pub(crate) fn rss_kib(pid: u32) -> u64 {
     status_kib(pid, "VmRSS:")
