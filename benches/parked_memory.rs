@@ -4,13 +4,14 @@
 //! what a parked call costs and whether that memory comes back once the calls are gone.
 //!
 //! Each reading is the whole RSS and its anonymous part (heap and stacks, without the program's
-//! own pages, which the first calls page in once: ~4 MB). Before the first reading, WARMUP
+//! own pages, which the first calls page in once: ~4.6 MB). Before the first reading, WARMUP
 //! rounds run to their end (parked, answered, resumed), as the sidecar bench's capacity phase
-//! does: the program's pages and the allocator's first arenas are then in the baseline, not
-//! spread over the parked calls (`MRTR_BENCH_WARMUP=0` measures a fresh process instead).
+//! does, and the allocator's decay is let pass: what the first calls set up once (the program's
+//! pages, the allocator's first arenas, one pooled upstream session) is then in the baseline,
+//! not spread over the parked calls (`MRTR_BENCH_WARMUP=0` measures a fresh process instead).
 //!
-//! Bounded: CALLS per cycle, CYCLES, two waits of 15 s and one of at most 120 s for expiry each;
-//! loopback only.
+//! Bounded: WARMUP rounds and a wait of 15 s; then CALLS per cycle, CYCLES, two waits of 15 s and
+//! one of at most 120 s for expiry each; loopback only.
 //!
 //! `MRTR_BENCH_UPSTREAM=python` parks them in front of the official Python SDK's legacy server
 //! (`tests/interop/servers/py_legacy_server.py` on `tests/interop/.venv/mcp1`, its `ask_name`
@@ -99,6 +100,8 @@ async fn run() {
     for _ in 0..warmup() {
         round(&client, &arguments).await;
     }
+    // As before every later reading: what the rounds freed, the allocator gives back first.
+    tokio::time::sleep(Duration::from_secs(settle_s())).await;
     let start = rss_kib(proxy.id());
     let start_anon = rss_anon_kib(proxy.id());
     println!(

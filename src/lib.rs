@@ -9,9 +9,9 @@
 //! relay); `edge` (every response built); [`app`] (the shared state); `cluster` (peers); `call`
 //! (the call actor); `rewrite`, `input`, [`state`] (the requestState), `upstream` (the legacy
 //! client side), `http_client` (the one outbound client); `error`, `jsonrpc`, [`sse`], [`body`],
-//! `limits`, [`ops`] (metrics, logging, probe, signals), [`config`], [`cli`], `protocol`
-//! (constants, depends on nothing). `fuzzing` and `benching` are the entry points of the fuzz
-//! targets and the benchmarks.
+//! `limits`, `memo` (the bounded memo by text), [`ops`] (metrics, logging, probe, signals),
+//! [`config`], [`cli`], `protocol` (constants, depends on nothing). `fuzzing` and `benching`
+//! are the entry points of the fuzz targets and the benchmarks.
 //!
 //! The public surface is what the binary, the tests and the benchmarks use: [`app::App`],
 //! [`server::serve`], [`config::Config`], [`cli`], [`demo`], [`sse`], [`body`], [`state::keys`],

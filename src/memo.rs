@@ -1,10 +1,8 @@
-//! What was read or compiled from a text, remembered by that text.
-//!
-//! Two reads on the hot path are pure functions of a text that peers send again and again: a
-//! client's declared capabilities (every modern request) and an upstream's `requestedSchema`
-//! (every round). A [`TextMemo`] keeps each result under its text, bounded two ways: past
-//! `max_entries` it starts over (a peer sending ever-new texts then costs one read per use, as
-//! with no memo), and a text longer than `max_key` bytes is read each time rather than kept.
+//! What was read or compiled from a text, remembered by that text: a client's declared
+//! capabilities and an upstream's `requestedSchema` come again and again. Bounded two ways: past
+//! `max_entries` it starts over, and a text longer than `max_key` bytes is read each time, never
+//! kept. Not an LRU and no expiry (a read is a pure function of its text); two threads missing
+//! the same text at once both read it.
 
 use std::convert::Infallible;
 use std::sync::OnceLock;
@@ -29,7 +27,10 @@ impl<V: Clone> TextMemo<V> {
     }
 
     /// What `read` gives for `text`: remembered, or read now (and kept when `text` is short
-    /// enough). A failed read is not kept.
+    /// enough).
+    ///
+    /// # Errors
+    /// What `read` returns when it fails; a failed read is not kept.
     pub(crate) fn get_or_try<E>(
         &self,
         text: &str,
@@ -52,10 +53,8 @@ impl<V: Clone> TextMemo<V> {
 
     /// What `read` gives for `text`, as [`Self::get_or_try`] for a read that cannot fail.
     pub(crate) fn get_or(&self, text: &str, read: impl FnOnce() -> V) -> V {
-        match self.get_or_try::<Infallible>(text, || Ok(read())) {
-            Ok(v) => v,
-            Err(never) => match never {},
-        }
+        let Ok(value) = self.get_or_try::<Infallible>(text, || Ok(read()));
+        value
     }
 
     /// Whether `text` is remembered.

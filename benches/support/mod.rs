@@ -80,7 +80,7 @@ pub(crate) fn launch_proxy(
     (child, url)
 }
 
-/// The number in environment variable `name`, or `default` when it is unset or not a number.
+/// The value of environment variable `name`, or `default` when it is unset or does not parse.
 #[allow(dead_code, reason = "not every bench that shares this module reads it")]
 pub(crate) fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
